@@ -1,0 +1,36 @@
+// Policy knobs. Parsed from a PYTORCH_CUDA_ALLOC_CONF-style string by allocator/config.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vramledger {
+
+struct AllocatorOptions {
+  // Requests are rounded up to a multiple of this (bytes, power of two).
+  std::size_t round_bytes = 512;
+  // Requests of at most this many bytes come from the small pool.
+  std::size_t small_size_limit = 1u << 20;
+  // Segment heap: segment sizes for small requests and the minimum for large ones; large requests
+  // above large_segment_bytes get a segment rounded to round_large_segment_bytes.
+  std::size_t small_segment_bytes = 2u << 20;
+  std::size_t large_segment_bytes = 20u << 20;
+  std::size_t round_large_segment_bytes = 2u << 20;
+  // Segment heap: a free block larger than a request by more than this is not split (avoids
+  // carving big cached blocks into slivers); 0 = always split.
+  std::size_t max_split_bytes = 0;
+  // Paged heap: page size (a multiple of the backend granularity; 0 = granularity) and the size
+  // of each virtual span reserved per stream and pool (0 = 2x device memory).
+  std::size_t page_bytes = 0;
+  std::size_t span_bytes = 0;
+  // Paged heap: free mapped pages kept before they are unmapped and their physical memory handed
+  // to other ranges, and free unmapped physical pages kept before release to the driver.
+  std::size_t max_free_mapped_bytes = 64u << 20;
+  std::size_t max_free_physical_bytes = 256u << 20;
+  // Hard cap on reserved (physical) bytes; 0 = none.
+  std::size_t cap_bytes = 0;
+  // Use the paged heap when the backend supports virtual memory.
+  bool use_paged_heap = true;
+};
+
+}  // namespace vramledger

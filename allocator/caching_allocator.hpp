@@ -1,0 +1,127 @@
+// The policy layer: a caching allocator over any DeviceBackend.
+//
+// Two heap shapes share one block model (blocks tile address ranges; free neighbours merge):
+//  * segment heap (backends without VMM): ranges are backend segments, split and merged inside,
+//    released whole when entirely free — PyTorch's model;
+//  * paged heap (VMM backends): ranges are large reserved virtual spans per stream and pool;
+//    physical pages are mapped only under pages some live block touches, and a page no live block
+//    touches can be unmapped and re-mapped anywhere else, so holes in virtual space cost nothing.
+//
+// Streams: a freed block returns to the free lists of the stream it was allocated on. Blocks used
+// on other streams (record_stream) become reusable only after events recorded on those streams
+// at free time have completed.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/allocator_events.hpp"
+#include "allocator/allocator_options.hpp"
+#include "allocator/device_backend.hpp"
+
+namespace vramledger {
+
+// Recount of the allocator's state computed by walking every block, segment and page. The ledger
+// must agree with it at every instant (see accounting/consistency.hpp).
+struct BlockCensus {
+  struct PerPool {
+    std::int64_t allocation = 0;            // allocated blocks
+    std::int64_t allocated_bytes = 0;
+    std::int64_t requested_bytes = 0;       // requested sizes of active blocks (torch's meaning)
+    std::int64_t active = 0;                // allocated + awaiting cross-stream completion
+    std::int64_t active_bytes = 0;
+    std::int64_t inactive_split = 0;
+    std::int64_t inactive_split_bytes = 0;
+    std::int64_t segment = 0;               // backend segments (segment heap)
+    std::int64_t reserved_bytes = 0;        // physical bytes held from the backend
+    std::int64_t mapped_bytes = 0;          // paged heap: physical bytes mapped
+    std::int64_t virtual_bytes = 0;         // paged heap: address space reserved
+    std::int64_t free_bytes = 0;            // inactive block bytes backed by memory (cached)
+    std::int64_t largest_free_block = 0;    // largest inactive block fully backed by memory
+  };
+  PerPool pools[2];  // indexed by PoolKind
+  std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
+};
+
+// Description of one address range and its blocks, for snapshots and reports.
+struct BlockInfo {
+  DevicePtr address = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  bool allocated = false;
+  bool active = false;          // allocated, or freed but pending other streams
+  std::size_t mapped_bytes = 0; // bytes of this block that have memory behind them
+  TagId tag = kUntagged;
+};
+struct SegmentInfo {
+  DevicePtr address = 0;
+  std::size_t size = 0;            // address-range size
+  std::size_t mapped_bytes = 0;    // physical bytes mapped under it (== size for segments)
+  StreamHandle stream = 0;
+  PoolKind pool = PoolKind::kLarge;
+  bool is_virtual_span = false;    // paged heap span rather than a backend segment
+  std::vector<BlockInfo> blocks;   // in address order, tiling the range
+};
+
+// What a pointer we handed out refers to.
+struct AllocationInfo {
+  DevicePtr base = 0;          // start of the block
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  StreamHandle stream = 0;
+  TagId tag = kUntagged;
+  DevicePtr segment_base = 0;  // start of the range the block lives in
+  std::size_t segment_size = 0;
+};
+
+class CachingAllocator {
+ public:
+  // The backend and the observer must outlive the allocator. `observer` may be null.
+  CachingAllocator(DeviceBackend& backend, AllocatorObserver* observer,
+                   AllocatorOptions options = {});
+  ~CachingAllocator();  // returns every cached byte to the backend; live blocks are leaked
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Throws Error(kInvalidArgument) for size 0 or sizes that overflow rounding,
+  // OutOfMemoryError (with the observer's account) when neither the cache nor the device nor
+  // the cap allows it, Error(kInvalidStream / kDriverError) for backend failures.
+  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag = kUntagged);
+  // Throws Error(kInvalidPointer) for pointers we do not own and Error(kDoubleFree) for blocks
+  // already freed; in both cases nothing changes.
+  void deallocate(DevicePtr ptr);
+  // The block holding ptr is also used on `stream`: its memory is reused only after work queued
+  // there before the free has completed.
+  void record_stream(DevicePtr ptr, StreamHandle stream);
+
+  // Returns every cached byte the backend can take back (free segments, free pages).
+  void empty_cache();
+  // Completes pending cross-stream frees whose events finished (done implicitly on allocate).
+  void process_completed_frees();
+
+  void set_cap(std::size_t cap_bytes);  // 0 = no cap
+  std::size_t cap() const;
+
+  // Queries.
+  bool owns(DevicePtr ptr) const;
+  AllocationInfo describe(DevicePtr ptr) const;  // throws kInvalidPointer like deallocate
+  std::vector<SegmentInfo> segments() const;
+  BlockCensus census() const;
+  const AllocatorOptions& options() const;
+  DeviceBackend& backend() const;
+
+  // Forgets about a stream (e.g. destroyed): its cached blocks are returned to the backend;
+  // blocks still allocated on it keep working until freed.
+  void release_stream(StreamHandle stream);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vramledger

@@ -1,0 +1,32 @@
+#include "allocator/device_backend.hpp"
+
+namespace vramledger {
+
+namespace {
+Status not_supported(const DeviceBackend& backend, const char* what) {
+  return {ErrorCode::kNotSupported,
+          std::string(what) + " needs virtual memory management, which backend '" +
+              backend.info().name + "' does not offer"};
+}
+}  // namespace
+
+Status DeviceBackend::create_physical(std::size_t, PhysicalHandle*) {
+  return not_supported(*this, "create_physical");
+}
+Status DeviceBackend::release_physical(PhysicalHandle) {
+  return not_supported(*this, "release_physical");
+}
+Status DeviceBackend::reserve_address_range(std::size_t, DevicePtr*) {
+  return not_supported(*this, "reserve_address_range");
+}
+Status DeviceBackend::free_address_range(DevicePtr, std::size_t) {
+  return not_supported(*this, "free_address_range");
+}
+Status DeviceBackend::map_pages(DevicePtr, std::size_t, std::span<const PhysicalHandle>) {
+  return not_supported(*this, "map_pages");
+}
+Status DeviceBackend::unmap_pages(DevicePtr, std::size_t, std::size_t) {
+  return not_supported(*this, "unmap_pages");
+}
+
+}  // namespace vramledger
