@@ -23,10 +23,12 @@ struct AllocatorOptions {
   // of each virtual span reserved per stream and pool (0 = 2x device memory).
   std::size_t page_bytes = 0;
   std::size_t span_bytes = 0;
-  // Paged heap: free mapped pages kept before they are unmapped and their physical memory handed
-  // to other ranges, and free unmapped physical pages kept before release to the driver.
-  std::size_t max_free_mapped_bytes = 64u << 20;
-  std::size_t max_free_physical_bytes = 256u << 20;
+  // Paged heap: free mapped pages kept before idle ones are unmapped (their physical memory then
+  // waits in the free physical pool), and free unmapped physical pages kept before they are
+  // released to the driver. Unlimited by default: like PyTorch, cache until memory is needed —
+  // pages are taken back from other ranges on demand anyway.
+  std::size_t max_free_mapped_bytes = SIZE_MAX;
+  std::size_t max_free_physical_bytes = SIZE_MAX;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
   // Use the paged heap when the backend supports virtual memory.

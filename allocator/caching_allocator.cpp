@@ -1,0 +1,1204 @@
+#include "allocator/caching_allocator.hpp"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "allocator/address_range.hpp"
+#include "allocator/block.hpp"
+#include "allocator/block_address_map.hpp"
+#include "allocator/free_block_index.hpp"
+#include "allocator/object_pool.hpp"
+
+namespace vramledger {
+
+namespace {
+
+// Larger requests are certainly mistakes (the largest GPUs hold well under 1 TiB); refusing them
+// early also keeps every size computation below far from overflow.
+constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 44;  // 16 TiB
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+std::string format_bytes(std::size_t bytes) {
+  char text[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (std::size_t{1} << 30)) {
+    std::snprintf(text, sizeof text, "%.2f GiB (%zu bytes)", b / (1u << 30), bytes);
+  } else if (bytes >= (std::size_t{1} << 20)) {
+    std::snprintf(text, sizeof text, "%.2f MiB (%zu bytes)", b / (1u << 20), bytes);
+  } else {
+    std::snprintf(text, sizeof text, "%zu bytes", bytes);
+  }
+  return text;
+}
+
+std::string format_pointer(DevicePtr ptr) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%" PRIxPTR, ptr);
+  return text;
+}
+
+constexpr int pool_index(PoolKind pool) { return static_cast<int>(pool); }
+
+}  // namespace
+
+// Free lists, ranges and fences of one stream.
+struct StreamHeaps {
+  StreamHandle stream = 0;
+  FreeBlockIndex free[2];
+  std::vector<AddressRange*> ranges[2];
+  // Fences prove, without blocking, that work queued on the stream before some free has
+  // finished, so the freed pages may be unmapped. A page freed while next_fence == n is idle
+  // once fence n has completed.
+  std::uint64_t next_fence = 1;
+  std::uint64_t completed_fence = 0;
+  bool page_freed_since_last_fence = false;
+  std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
+};
+
+struct PendingEvent {
+  Block* block;
+  EventHandle event;
+};
+
+class CachingAllocator::Impl {
+ public:
+  Impl(DeviceBackend& backend, AllocatorObserver* observer, AllocatorOptions options)
+      : backend_(backend), observer_(observer), options_(options), cap_(options.cap_bytes) {
+    if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "round_bytes must be a power of two, got " + std::to_string(options_.round_bytes));
+    }
+    const BackendInfo& info = backend_.info();
+    paged_ = options_.use_paged_heap && info.supports_virtual_memory;
+    if (paged_) {
+      const std::size_t granularity = std::max<std::size_t>(info.granularity, 1);
+      page_bytes_ = options_.page_bytes == 0 ? granularity : options_.page_bytes;
+      if (page_bytes_ % granularity != 0) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "page size " + format_bytes(page_bytes_) +
+                        " is not a multiple of the device granularity " +
+                        format_bytes(granularity));
+      }
+      std::size_t large_span = options_.span_bytes;
+      if (large_span == 0) {
+        large_span = info.total_bytes != 0 ? info.total_bytes : (std::size_t{1} << 40);
+      }
+      span_bytes_[pool_index(PoolKind::kLarge)] = round_up(large_span, page_bytes_);
+      span_bytes_[pool_index(PoolKind::kSmall)] =
+          round_up(std::max(page_bytes_, large_span / 8), page_bytes_);
+    }
+  }
+
+  ~Impl() { release_everything_at_exit(); }
+
+  // ---------------------------------------------------------------- public operations
+
+  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag) {
+    if (bytes == 0) {
+      throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
+    }
+    if (bytes > kMaxRequestBytes) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "request of " + format_bytes(bytes) + " exceeds the largest supported size " +
+                      format_bytes(kMaxRequestBytes));
+    }
+    const std::size_t size = round_up(bytes, options_.round_bytes);
+    const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+
+    std::lock_guard lock(mutex_);
+    if (!pending_.empty()) process_completed_frees_locked();
+    StreamHeaps& heaps = heaps_for(stream);
+    Block* block = nullptr;
+    try {
+      block = allocate_once(heaps, pool, size);
+    } catch (const OutOfMemoryError&) {
+      emit(EventKind::kAllocRetry, pool, stream, 0, size, bytes, tag);
+      release_cached_locked();
+      try {
+        block = allocate_once(heaps, pool, size);
+      } catch (const OutOfMemoryError& error) {
+        emit(EventKind::kOutOfMemory, pool, stream, 0, size, bytes, tag);
+        throw OutOfMemoryError(describe_oom(bytes, stream, error.what()));
+      }
+    }
+    block->requested = bytes;
+    block->tag = tag;
+    block->state = BlockState::kAllocated;
+    block->range->active_blocks++;
+    live_.insert(block->address, block);
+    emit(EventKind::kAlloc, pool, stream, block->address, block->size, bytes, tag);
+    return block->address;
+  }
+
+  void deallocate(DevicePtr ptr) {
+    std::lock_guard lock(mutex_);
+    Block* block = live_.find(ptr);
+    if (block == nullptr) throw_unknown_pointer(ptr, "free");
+    if (block->state == BlockState::kPendingFree) {
+      throw Error(ErrorCode::kDoubleFree,
+                  "pointer " + format_pointer(ptr) +
+                      " was already freed (its memory still waits for other streams)");
+    }
+    if (block->stream_uses.empty()) {
+      live_.erase(ptr);
+      emit_block(EventKind::kFreeRequested, block);
+      complete_free(block);
+      return;
+    }
+    // Record an event on every other stream that used the block; all or nothing.
+    std::vector<EventHandle> events;
+    events.reserve(block->stream_uses.size());
+    for (StreamHandle use : block->stream_uses) {
+      EventHandle event = take_event();
+      Status status = backend_.record_event(event, use);
+      if (!status) {
+        spare_events_.push_back(event);
+        spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+        throw Error(status.code(),
+                    "cannot free " + format_pointer(ptr) + ": recording its use on stream " +
+                        format_pointer(use) + " failed (" + status.message() +
+                        "); the block stays allocated. If that stream was destroyed, call "
+                        "release_stream() for it first.");
+      }
+      events.push_back(event);
+    }
+    block->state = BlockState::kPendingFree;
+    block->pending_events = static_cast<int>(events.size());
+    for (EventHandle event : events) pending_.push_back({block, event});
+    emit_block(EventKind::kFreeRequested, block);
+  }
+
+  void record_stream(DevicePtr ptr, StreamHandle stream) {
+    std::lock_guard lock(mutex_);
+    Block* block = live_.find(ptr);
+    if (block == nullptr) throw_unknown_pointer(ptr, "record_stream on");
+    if (block->state != BlockState::kAllocated) {
+      throw Error(ErrorCode::kDoubleFree,
+                  "record_stream on " + format_pointer(ptr) + ", which was already freed");
+    }
+    if (stream == block->range->owner->stream) return;
+    if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+        block->stream_uses.end()) {
+      block->stream_uses.push_back(stream);
+    }
+  }
+
+  void empty_cache() {
+    std::lock_guard lock(mutex_);
+    process_completed_frees_locked();
+    release_cached_locked();
+  }
+
+  void process_completed_frees() {
+    std::lock_guard lock(mutex_);
+    process_completed_frees_locked();
+  }
+
+  void set_cap(std::size_t cap) {
+    std::lock_guard lock(mutex_);
+    cap_ = cap;
+  }
+  std::size_t cap() const {
+    std::lock_guard lock(mutex_);
+    return cap_;
+  }
+
+  bool owns(DevicePtr ptr) const {
+    std::lock_guard lock(mutex_);
+    const Block* block = live_.find(ptr);
+    return block != nullptr && block->state == BlockState::kAllocated;
+  }
+
+  AllocationInfo describe(DevicePtr ptr) const {
+    std::lock_guard lock(mutex_);
+    const Block* block = live_.find(ptr);
+    if (block == nullptr) block = block_containing(ptr);
+    if (block == nullptr || block->state != BlockState::kAllocated) {
+      throw Error(ErrorCode::kInvalidPointer,
+                  "pointer " + format_pointer(ptr) + " is not inside a live vramledger allocation");
+    }
+    AllocationInfo info;
+    info.base = block->address;
+    info.size = block->size;
+    info.requested = block->requested;
+    info.stream = block->range->owner->stream;
+    info.tag = block->tag;
+    info.segment_base = block->range->base;
+    info.segment_size = block->range->size;
+    return info;
+  }
+
+  std::vector<SegmentInfo> segments() const {
+    std::lock_guard lock(mutex_);
+    std::vector<SegmentInfo> result;
+    for (const auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) {
+        for (const AddressRange* range : heaps->ranges[p]) {
+          SegmentInfo segment;
+          segment.address = range->base;
+          segment.size = range->size;
+          segment.mapped_bytes = range->is_span ? range->mapped_pages * page_bytes_ : range->size;
+          segment.stream = heaps->stream;
+          segment.pool = range->pool;
+          segment.is_virtual_span = range->is_span;
+          for (const Block* b = range->first; b != nullptr; b = b->next) {
+            BlockInfo info;
+            info.address = b->address;
+            info.size = b->size;
+            info.requested = b->requested;
+            info.allocated = b->state == BlockState::kAllocated;
+            info.active = b->is_active();
+            info.mapped_bytes = mapped_bytes_of(*range, b->address, b->size);
+            info.tag = b->tag;
+            segment.blocks.push_back(info);
+          }
+          result.push_back(std::move(segment));
+        }
+      }
+    }
+    return result;
+  }
+
+  BlockCensus census() const {
+    std::lock_guard lock(mutex_);
+    BlockCensus census;
+    std::size_t live_seen = 0;
+    for (const auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) {
+        BlockCensus::PerPool& out = census.pools[p];
+        for (const AddressRange* range : heaps->ranges[p]) {
+          count_range(*range, out, live_seen);
+        }
+        if (static_cast<std::size_t>(heaps->free[p].count()) != count_free_blocks(*heaps, p)) {
+          throw Error(ErrorCode::kInternal, "free index count disagrees with the block lists");
+        }
+      }
+    }
+    if (live_seen != live_.size()) {
+      throw Error(ErrorCode::kInternal, "address map holds " + std::to_string(live_.size()) +
+                                            " blocks but ranges hold " +
+                                            std::to_string(live_seen) + " active ones");
+    }
+    for (int p = 0; p < 2; ++p) {
+      const auto held = static_cast<std::int64_t>(free_physical_[p].size());
+      census.pools[p].reserved_bytes += held * static_cast<std::int64_t>(page_bytes_);
+      census.free_physical_pages += held;
+    }
+    return census;
+  }
+
+  const AllocatorOptions& options() const { return options_; }
+  DeviceBackend& backend() const { return backend_; }
+
+  void release_stream(StreamHandle stream) {
+    std::lock_guard lock(mutex_);
+    throw_if_error(backend_.synchronize_device(), "release_stream: synchronizing the device");
+    // Uses on the released stream are complete now; forget them.
+    live_.for_each([&](Block* block) {
+      auto& uses = block->stream_uses;
+      uses.erase(std::remove(uses.begin(), uses.end(), stream), uses.end());
+    });
+    process_completed_frees_locked();
+    auto it = std::find_if(streams_.begin(), streams_.end(),
+                           [&](const auto& h) { return h->stream == stream; });
+    if (it == streams_.end()) return;
+    StreamHeaps& heaps = **it;
+    drop_fences(heaps, /*all_complete=*/true);
+    for (int p = 0; p < 2; ++p) release_idle_ranges(heaps, p, /*free_spans=*/true);
+    trim_free_physical(0);
+    if (heaps.ranges[0].empty() && heaps.ranges[1].empty()) {
+      if (last_stream_ == &heaps) last_stream_ = nullptr;
+      streams_.erase(it);
+    }
+  }
+
+ private:
+  // ---------------------------------------------------------------- events
+
+  void emit(EventKind kind, PoolKind pool, StreamHandle stream, DevicePtr address,
+            std::size_t size, std::size_t requested = 0, TagId tag = kUntagged) {
+    if (observer_ == nullptr) return;
+    AllocatorEvent event;
+    event.kind = kind;
+    event.pool = pool;
+    event.tag = tag;
+    event.stream = stream;
+    event.address = address;
+    event.size = size;
+    event.requested = requested;
+    observer_->on_event(event);
+  }
+  void emit_block(EventKind kind, const Block* block) {
+    emit(kind, block->range->pool, block->range->owner->stream, block->address, block->size,
+         block->requested, block->tag);
+  }
+
+  // ---------------------------------------------------------------- streams
+
+  StreamHeaps& heaps_for(StreamHandle stream) {
+    if (last_stream_ != nullptr && last_stream_->stream == stream) return *last_stream_;
+    for (auto& heaps : streams_) {
+      if (heaps->stream == stream) {
+        last_stream_ = heaps.get();
+        return *heaps;
+      }
+    }
+    streams_.push_back(std::make_unique<StreamHeaps>());
+    streams_.back()->stream = stream;
+    last_stream_ = streams_.back().get();
+    return *last_stream_;
+  }
+
+  EventHandle take_event() {
+    if (!spare_events_.empty()) {
+      EventHandle event = spare_events_.back();
+      spare_events_.pop_back();
+      return event;
+    }
+    EventHandle event = 0;
+    throw_if_error(backend_.create_event(&event), "creating an event");
+    return event;
+  }
+
+  // ---------------------------------------------------------------- allocation
+
+  // One attempt; throws OutOfMemoryError with nothing changed when memory is short.
+  Block* allocate_once(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+    return paged_ ? allocate_paged(heaps, pool, size) : allocate_from_segments(heaps, pool, size);
+  }
+
+  Block* allocate_from_segments(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+    FreeBlockIndex& index = heaps.free[pool_index(pool)];
+    Block* block = index.find(size);
+    if (block == nullptr) block = add_segment(heaps, pool, size);
+    index.remove(block);
+    set_inactive_split(block, false);
+    const std::size_t remainder = block->size - size;
+    const std::size_t min_remainder =
+        pool == PoolKind::kSmall ? options_.round_bytes : options_.small_size_limit + 1;
+    if (remainder >= min_remainder) {
+      Block* rest = split_front(block, size);
+      index.insert(rest);
+      refresh_inactive_split(rest);
+    }
+    return block;
+  }
+
+  std::size_t segment_size_for(PoolKind pool, std::size_t size) const {
+    if (pool == PoolKind::kSmall) return std::max(options_.small_segment_bytes, size);
+    if (size < options_.large_segment_bytes / 2) return options_.large_segment_bytes;
+    return round_up(size, options_.round_large_segment_bytes);
+  }
+
+  Block* add_segment(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+    const std::size_t bytes = segment_size_for(pool, size);
+    ensure_within_cap(bytes);
+    DevicePtr base = 0;
+    throw_if_error(backend_.allocate_segment(bytes, heaps.stream, &base),
+                   "allocating a " + format_bytes(bytes) + " segment");
+    reserved_bytes_ += bytes;
+    emit(EventKind::kSegmentCreate, pool, heaps.stream, base, bytes);
+    return add_range(heaps, pool, base, bytes, /*is_span=*/false);
+  }
+
+  Block* add_range(StreamHeaps& heaps, PoolKind pool, DevicePtr base, std::size_t bytes,
+                   bool is_span) {
+    auto* range = new AddressRange;
+    range->base = base;
+    range->size = bytes;
+    range->owner = &heaps;
+    range->pool = pool;
+    range->is_span = is_span;
+    Block* block = block_pool_.create();
+    block->address = base;
+    block->size = bytes;
+    block->range = range;
+    range->first = block;
+    heaps.ranges[pool_index(pool)].push_back(range);
+    heaps.free[pool_index(pool)].insert(block);
+    return block;
+  }
+
+  // Splits `block` into [address, address + size) (kept in `block`) and the rest (returned).
+  Block* split_front(Block* block, std::size_t size) {
+    Block* rest = block_pool_.create();
+    rest->address = block->address + size;
+    rest->size = block->size - size;
+    rest->range = block->range;
+    rest->prev = block;
+    rest->next = block->next;
+    if (block->next != nullptr) block->next->prev = rest;
+    block->next = rest;
+    block->size = size;
+    return rest;
+  }
+
+  void ensure_within_cap(std::size_t more) const {
+    if (cap_ != 0 && reserved_bytes_ + more > cap_) {
+      throw OutOfMemoryError("the cap of " + format_bytes(cap_) + " would be exceeded: " +
+                             format_bytes(reserved_bytes_) + " reserved, " + format_bytes(more) +
+                             " more needed");
+    }
+  }
+
+  // ---------------------------------------------------------------- paged heap
+
+  Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+    FreeBlockIndex& index = heaps.free[pool_index(pool)];
+    Block* block = index.find(size);
+    if (block == nullptr) block = add_span(heaps, pool, size);
+    map_pages_for(*block->range, block->address, size);  // throws with nothing changed
+    index.remove(block);
+    if (block->size > size) index.insert(split_front(block, size));
+    mark_pages(*block, +1);
+    return block;
+  }
+
+  Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+    const std::size_t bytes = std::max(span_bytes_[pool_index(pool)], round_up(size, page_bytes_));
+    DevicePtr base = 0;
+    throw_if_error(backend_.reserve_address_range(bytes, &base),
+                   "reserving " + format_bytes(bytes) + " of address space");
+    emit(EventKind::kVirtualReserve, pool, heaps.stream, base, bytes);
+    return add_range(heaps, pool, base, bytes, /*is_span=*/true);
+  }
+
+  PageSlot& page_at(AddressRange& span, std::size_t index) {
+    while (span.pages.size() <= index) {
+      PageSlot& slot = span.pages.emplace_back();
+      slot.span = &span;
+      slot.index = span.pages.size() - 1;
+    }
+    return span.pages[index];
+  }
+
+  DevicePtr page_address(const PageSlot& page) const {
+    return page.span->base + page.index * page_bytes_;
+  }
+
+  // Makes every page under [address, address + size) mapped. On failure nothing is mapped that
+  // was not before; physical memory obtained on the way stays in the free physical pool.
+  void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size) {
+    const std::size_t first = (address - span.base) / page_bytes_;
+    const std::size_t last = (address + size - 1 - span.base) / page_bytes_;
+    std::vector<std::size_t>& missing = scratch_indices_;
+    missing.clear();
+    for (std::size_t i = first; i <= last; ++i) {
+      if (i >= span.pages.size() || !span.pages[i].mapped) missing.push_back(i);
+    }
+    if (missing.empty()) return;  // mark_pages takes the target's pages off the free list
+    // Pages of the target that sit in the free list must not be taken for the target itself.
+    std::vector<PageSlot*> held;
+    for (std::size_t i = first; i <= last && i < span.pages.size(); ++i) {
+      if (span.pages[i].in_lru) {
+        lru_remove(&span.pages[i]);
+        held.push_back(&span.pages[i]);
+      }
+    }
+    std::vector<std::size_t> missing_copy = missing;  // acquire may reuse the scratch vector
+    std::vector<PhysicalHandle> handles;
+    try {
+      handles = acquire_physical(span.pool, missing_copy.size());
+    } catch (...) {
+      for (PageSlot* page : held) lru_push(page);
+      throw;
+    }
+    // Map runs of consecutive missing pages with one call each.
+    std::size_t done = 0;
+    while (done < missing_copy.size()) {
+      std::size_t run = 1;
+      while (done + run < missing_copy.size() &&
+             missing_copy[done + run] == missing_copy[done] + run) {
+        ++run;
+      }
+      const DevicePtr va = span.base + missing_copy[done] * page_bytes_;
+      Status status = backend_.map_pages(
+          va, page_bytes_, std::span<const PhysicalHandle>(handles.data() + done, run));
+      if (!status) {
+        // Undo this call's mappings; keep all physical memory for later.
+        for (std::size_t k = 0; k < done; ++k) unmap_one(page_at(span, missing_copy[k]));
+        for (std::size_t k = 0; k < handles.size(); ++k) {
+          if (k >= done) free_physical_[pool_index(span.pool)].push_back(handles[k]);
+        }
+        for (PageSlot* page : held) lru_push(page);
+        throw_if_error(status, "mapping " + std::to_string(run) + " page(s) at " +
+                                   format_pointer(va));
+      }
+      for (std::size_t k = 0; k < run; ++k) {
+        PageSlot& page = page_at(span, missing_copy[done + k]);
+        page.handle = handles[done + k];
+        page.mapped = true;
+        span.mapped_pages++;
+      }
+      emit(EventKind::kMap, span.pool, span.owner->stream, va, run * page_bytes_);
+      done += run;
+    }
+    // Held pages get users in mark_pages; until then they are simply out of the free list.
+  }
+
+  // Unmaps a page no block uses; its physical memory goes to the free physical pool.
+  void unmap_one(PageSlot& page) {
+    const DevicePtr va = page_address(page);
+    throw_if_error(backend_.unmap_pages(va, page_bytes_, 1),
+                   "unmapping the page at " + format_pointer(va));
+    if (page.in_lru) lru_remove(&page);
+    page.mapped = false;
+    page.span->mapped_pages--;
+    free_physical_[pool_index(page.span->pool)].push_back(page.handle);
+    page.handle = 0;
+    emit(EventKind::kUnmap, page.span->pool, page.span->owner->stream, va, page_bytes_);
+  }
+
+  // Physical pages for `count` new mappings: from the free physical pool, then free mapped pages
+  // proven idle, then new memory from the device, then free mapped pages after waiting for their
+  // streams. Throws OutOfMemoryError (leaving what it gathered in the free pool) if all fall short.
+  std::vector<PhysicalHandle> acquire_physical(PoolKind pool, std::size_t count) {
+    std::vector<PhysicalHandle> handles;
+    handles.reserve(count);
+    std::vector<PhysicalHandle>& spare = free_physical_[pool_index(pool)];
+    auto take_spare = [&] {
+      while (handles.size() < count && !spare.empty()) {
+        handles.push_back(spare.back());
+        spare.pop_back();
+      }
+    };
+    auto give_back = [&] {
+      spare.insert(spare.end(), handles.begin(), handles.end());
+      handles.clear();
+    };
+    try {
+      take_spare();
+      if (handles.size() < count) {
+        unmap_idle_pages(pool, count - handles.size(), /*wait=*/false);
+        take_spare();
+      }
+      std::string shortage;
+      while (handles.size() < count) {
+        if (cap_ != 0 && reserved_bytes_ + page_bytes_ > cap_) {
+          shortage = "the cap of " + format_bytes(cap_) + " is reached";
+          break;
+        }
+        PhysicalHandle handle = 0;
+        Status status = backend_.create_physical(page_bytes_, &handle);
+        if (status.code() == ErrorCode::kOutOfMemory) {
+          shortage = status.message();
+          break;
+        }
+        throw_if_error(status, "creating a physical page");
+        reserved_bytes_ += page_bytes_;
+        emit(EventKind::kPhysicalCreate, pool, 0, 0, page_bytes_);
+        handles.push_back(handle);
+      }
+      if (handles.size() < count) {
+        unmap_idle_pages(pool, count - handles.size(), /*wait=*/true);
+        take_spare();
+      }
+      if (handles.size() < count) {
+        throw OutOfMemoryError("need " + std::to_string(count - handles.size()) +
+                               " more page(s) of " + format_bytes(page_bytes_) + ": " + shortage);
+      }
+    } catch (...) {
+      give_back();
+      throw;
+    }
+    return handles;
+  }
+
+  // Unmaps up to `count` free mapped pages of `pool`, oldest first, moving their memory to the
+  // free physical pool. Without `wait`, only pages whose streams have provably finished with them.
+  void unmap_idle_pages(PoolKind pool, std::size_t count, bool wait) {
+    int p = pool_index(pool);
+    std::size_t unmapped = 0;
+    PageSlot* page = lru_head_[p];
+    while (page != nullptr && unmapped < count) {
+      PageSlot* next = page->lru_next;
+      StreamHeaps& owner = *page->span->owner;
+      if (page->freed_at_fence > owner.completed_fence) {
+        issue_fence(owner);
+        poll_fences(owner);
+        if (wait && page->freed_at_fence > owner.completed_fence) {
+          wait_for_fence(owner, page->freed_at_fence);
+        }
+      }
+      if (page->freed_at_fence <= owner.completed_fence) {
+        unmap_one(*page);
+        ++unmapped;
+      }
+      page = next;
+    }
+  }
+
+  // Adds (+1) or removes (-1) the block's bytes from the pages it lies on; announces changes of
+  // partially used pages (the paged heap's inactive split) and pages becoming free.
+  void mark_pages(const Block& block, int direction) {
+    AddressRange& span = *block.range;
+    const std::size_t first = (block.address - span.base) / page_bytes_;
+    const std::size_t last = (block.end() - 1 - span.base) / page_bytes_;
+    for (std::size_t i = first; i <= last; ++i) {
+      PageSlot& page = page_at(span, i);
+      const DevicePtr page_start = span.base + i * page_bytes_;
+      const std::size_t overlap = std::min(block.end(), page_start + page_bytes_) -
+                                  std::max(block.address, page_start);
+      const std::size_t old_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+      if (direction > 0) {
+        if (page.in_lru) lru_remove(&page);
+        page.users++;
+        page.active_bytes += overlap;
+      } else {
+        page.users--;
+        page.active_bytes -= overlap;
+      }
+      const std::size_t new_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+      if (old_fragment != new_fragment) {
+        if (old_fragment > 0) {
+          emit(EventKind::kInactiveSplitRemove, span.pool, span.owner->stream, page_start,
+               old_fragment);
+        }
+        if (new_fragment > 0) {
+          emit(EventKind::kInactiveSplitAdd, span.pool, span.owner->stream, page_start,
+               new_fragment);
+        }
+      }
+      if (page.users == 0 && page.mapped) {
+        page.freed_at_fence = span.owner->next_fence;
+        span.owner->page_freed_since_last_fence = true;
+        lru_push(&page);
+      }
+    }
+  }
+
+  void lru_push(PageSlot* page) {
+    const int p = pool_index(page->span->pool);
+    page->lru_prev = lru_tail_[p];
+    page->lru_next = nullptr;
+    if (lru_tail_[p] != nullptr) {
+      lru_tail_[p]->lru_next = page;
+    } else {
+      lru_head_[p] = page;
+    }
+    lru_tail_[p] = page;
+    page->in_lru = true;
+    free_mapped_pages_[p]++;
+  }
+
+  void lru_remove(PageSlot* page) {
+    const int p = pool_index(page->span->pool);
+    if (page->lru_prev != nullptr) {
+      page->lru_prev->lru_next = page->lru_next;
+    } else {
+      lru_head_[p] = page->lru_next;
+    }
+    if (page->lru_next != nullptr) {
+      page->lru_next->lru_prev = page->lru_prev;
+    } else {
+      lru_tail_[p] = page->lru_prev;
+    }
+    page->lru_prev = page->lru_next = nullptr;
+    page->in_lru = false;
+    free_mapped_pages_[p]--;
+  }
+
+  // ---------------------------------------------------------------- fences
+
+  void poll_fences(StreamHeaps& heaps) {
+    while (!heaps.outstanding_fences.empty()) {
+      auto [event, sequence] = heaps.outstanding_fences.front();
+      EventState state = EventState::kPending;
+      throw_if_error(backend_.query_event(event, &state), "querying a fence event");
+      if (state != EventState::kComplete) return;
+      heaps.completed_fence = sequence;
+      spare_events_.push_back(event);
+      heaps.outstanding_fences.pop_front();
+    }
+  }
+
+  // Records a fence covering every page freed on the stream so far, unless one already does.
+  void issue_fence(StreamHeaps& heaps) {
+    if (!heaps.page_freed_since_last_fence) return;
+    EventHandle event = take_event();
+    Status status = backend_.record_event(event, heaps.stream);
+    if (!status) {
+      // The stream is gone (or broken): the only proof left is an idle device.
+      spare_events_.push_back(event);
+      throw_if_error(backend_.synchronize_device(),
+                     "synchronizing the device after recording a fence failed (" +
+                         status.message() + ")");
+      drop_fences(heaps, /*all_complete=*/true);
+      return;
+    }
+    heaps.outstanding_fences.emplace_back(event, heaps.next_fence);
+    heaps.next_fence++;
+    heaps.page_freed_since_last_fence = false;
+  }
+
+  void wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
+    while (heaps.completed_fence < sequence && !heaps.outstanding_fences.empty()) {
+      auto [event, fence] = heaps.outstanding_fences.front();
+      throw_if_error(backend_.synchronize_event(event), "waiting for a fence event");
+      heaps.completed_fence = fence;
+      spare_events_.push_back(event);
+      heaps.outstanding_fences.pop_front();
+    }
+  }
+
+  // Forgets outstanding fences; with all_complete, everything freed so far counts as idle.
+  void drop_fences(StreamHeaps& heaps, bool all_complete) {
+    for (auto& [event, sequence] : heaps.outstanding_fences) spare_events_.push_back(event);
+    heaps.outstanding_fences.clear();
+    if (all_complete) {
+      heaps.completed_fence = heaps.next_fence;
+      heaps.next_fence++;
+      heaps.page_freed_since_last_fence = false;
+    }
+  }
+
+  // ---------------------------------------------------------------- freeing
+
+  void complete_free(Block* block) {
+    AddressRange& range = *block->range;
+    if (range.is_span) mark_pages(*block, -1);
+    emit(EventKind::kFreeCompleted, range.pool, range.owner->stream, block->address, block->size,
+         block->requested, block->tag);
+    block->state = BlockState::kFree;
+    block->requested = 0;
+    block->tag = kUntagged;
+    block->stream_uses.clear();
+    block->pending_events = 0;
+    range.active_blocks--;
+
+    FreeBlockIndex& index = range.owner->free[pool_index(range.pool)];
+    if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::kFree) {
+      index.remove(prev);
+      set_inactive_split(prev, false);
+      prev->size += block->size;
+      unlink(block);
+      block = prev;
+    }
+    if (Block* next = block->next; next != nullptr && next->state == BlockState::kFree) {
+      index.remove(next);
+      set_inactive_split(next, false);
+      block->size += next->size;
+      unlink(next);
+    }
+    index.insert(block);
+    refresh_inactive_split(block);
+    if (range.is_span && options_.max_free_mapped_bytes != SIZE_MAX) trim_free_mapped(range.pool);
+  }
+
+  // Removes `block` from its range's list (its bytes were merged into a neighbour).
+  void unlink(Block* block) {
+    if (block->prev != nullptr) block->prev->next = block->next;
+    if (block->next != nullptr) block->next->prev = block->prev;
+    if (block->range->first == block) block->range->first = block->next;
+    block_pool_.destroy(block);
+  }
+
+  void process_completed_frees_locked() {
+    for (std::size_t i = 0; i < pending_.size();) {
+      PendingEvent entry = pending_[i];
+      EventState state = EventState::kPending;
+      throw_if_error(backend_.query_event(entry.event, &state),
+                     "querying a cross-stream free event");
+      if (state != EventState::kComplete) {
+        ++i;
+        continue;
+      }
+      spare_events_.push_back(entry.event);
+      pending_[i] = pending_.back();
+      pending_.pop_back();
+      if (--entry.block->pending_events == 0) {
+        live_.erase(entry.block->address);
+        complete_free(entry.block);
+      }
+    }
+  }
+
+  // Segment heap: torch's meaning of inactive split — a free block sharing its segment.
+  void refresh_inactive_split(Block* block) {
+    if (block->range->is_span) return;
+    const bool split = block->state == BlockState::kFree &&
+                       (block->prev != nullptr || block->next != nullptr);
+    set_inactive_split(block, split);
+  }
+  void set_inactive_split(Block* block, bool value) {
+    if (block->counted_inactive_split == value) return;
+    block->counted_inactive_split = value;
+    emit(value ? EventKind::kInactiveSplitAdd : EventKind::kInactiveSplitRemove,
+         block->range->pool, block->range->owner->stream, block->address, block->size);
+  }
+
+  // ---------------------------------------------------------------- giving memory back
+
+  void release_cached_locked() {
+    for (auto& heaps : streams_) {
+      if (paged_) {
+        if (heaps->page_freed_since_last_fence || !heaps->outstanding_fences.empty()) {
+          issue_fence(*heaps);
+          wait_for_fence(*heaps, heaps->next_fence - 1);
+        }
+      }
+    }
+    for (auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) release_idle_ranges(*heaps, p);
+    }
+    if (paged_) {
+      for (int p = 0; p < 2; ++p) {
+        while (lru_head_[p] != nullptr) unmap_one(*lru_head_[p]);
+      }
+    }
+    trim_free_physical(0);
+  }
+
+  // Segment heap: returns fully free segments. Paged heap: unmaps the pages of spans with no
+  // active block (the span's address space stays reserved for reuse).
+  void release_idle_ranges(StreamHeaps& heaps, int p, bool free_spans = false) {
+    auto& ranges = heaps.ranges[p];
+    for (std::size_t i = 0; i < ranges.size();) {
+      AddressRange* range = ranges[i];
+      if (range->active_blocks != 0) {
+        ++i;
+        continue;
+      }
+      if (range->is_span) {
+        for (PageSlot& page : range->pages) {
+          if (page.mapped) unmap_one(page);
+        }
+        if (!free_spans) {
+          ++i;
+          continue;
+        }
+        throw_if_error(backend_.free_address_range(range->base, range->size),
+                       "freeing the address span at " + format_pointer(range->base));
+        heaps.free[p].remove(range->first);
+        block_pool_.destroy(range->first);
+        emit(EventKind::kVirtualRelease, range->pool, heaps.stream, range->base, range->size);
+        delete range;
+        ranges[i] = ranges.back();
+        ranges.pop_back();
+        continue;
+      }
+      Block* block = range->first;
+      throw_if_error(backend_.free_segment(range->base, range->size, heaps.stream),
+                     "returning the " + format_bytes(range->size) + " segment at " +
+                         format_pointer(range->base));
+      heaps.free[p].remove(block);
+      set_inactive_split(block, false);
+      block_pool_.destroy(block);
+      reserved_bytes_ -= range->size;
+      emit(EventKind::kSegmentRelease, range->pool, heaps.stream, range->base, range->size);
+      delete range;
+      ranges[i] = ranges.back();
+      ranges.pop_back();
+    }
+  }
+
+  void trim_free_mapped(PoolKind pool) {
+    const int p = pool_index(pool);
+    if (free_mapped_pages_[p] * page_bytes_ <= options_.max_free_mapped_bytes) return;
+    const std::size_t excess =
+        free_mapped_pages_[p] - options_.max_free_mapped_bytes / page_bytes_;
+    unmap_idle_pages(pool, excess, /*wait=*/false);
+    trim_free_physical(options_.max_free_physical_bytes);
+  }
+
+  // Releases free physical pages beyond `keep_bytes` to the driver.
+  void trim_free_physical(std::size_t keep_bytes) {
+    if (!paged_) return;
+    for (int p = 0; p < 2; ++p) {
+      auto& spare = free_physical_[p];
+      while (!spare.empty() && spare.size() * page_bytes_ > keep_bytes) {
+        throw_if_error(backend_.release_physical(spare.back()), "releasing a physical page");
+        spare.pop_back();
+        reserved_bytes_ -= page_bytes_;
+        emit(EventKind::kPhysicalRelease, static_cast<PoolKind>(p), 0, 0, page_bytes_);
+      }
+    }
+  }
+
+  // Best effort at destruction: the device may already be gone, so errors are ignored.
+  void release_everything_at_exit() noexcept {
+    (void)backend_.synchronize_device();
+    for (auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) {
+        for (AddressRange* range : heaps->ranges[p]) {
+          const bool idle = range->active_blocks == 0;
+          if (range->is_span) {
+            for (PageSlot& page : range->pages) {
+              if (page.mapped && page.users == 0 &&
+                  backend_.unmap_pages(page.span->base + page.index * page_bytes_, page_bytes_, 1)) {
+                (void)backend_.release_physical(page.handle);
+              }
+            }
+            if (idle && range->mapped_pages == 0) {
+              (void)backend_.free_address_range(range->base, range->size);
+            }
+          } else if (idle) {
+            (void)backend_.free_segment(range->base, range->size, heaps->stream);
+          }
+          for (Block* b = range->first; b != nullptr;) {
+            Block* next = b->next;
+            block_pool_.destroy(b);
+            b = next;
+          }
+          delete range;
+        }
+      }
+      for (auto& [event, sequence] : heaps->outstanding_fences) {
+        (void)backend_.destroy_event(event);
+      }
+    }
+    for (const PendingEvent& entry : pending_) (void)backend_.destroy_event(entry.event);
+    for (EventHandle event : spare_events_) (void)backend_.destroy_event(event);
+    for (auto& spare : free_physical_) {
+      for (PhysicalHandle handle : spare) (void)backend_.release_physical(handle);
+    }
+  }
+
+  // ---------------------------------------------------------------- queries and errors
+
+  const Block* block_containing(DevicePtr ptr) const {
+    for (const auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) {
+        for (const AddressRange* range : heaps->ranges[p]) {
+          if (ptr < range->base || ptr >= range->end()) continue;
+          for (const Block* b = range->first; b != nullptr; b = b->next) {
+            if (ptr >= b->address && ptr < b->end()) return b;
+          }
+        }
+      }
+    }
+    return nullptr;
+  }
+
+  [[noreturn]] void throw_unknown_pointer(DevicePtr ptr, const char* action) const {
+    const Block* inside = block_containing(ptr);
+    if (inside != nullptr && inside->address == ptr && inside->state == BlockState::kFree) {
+      throw Error(ErrorCode::kDoubleFree, std::string(action) + " " + format_pointer(ptr) +
+                                              ": this block was already freed");
+    }
+    if (inside != nullptr) {
+      throw Error(ErrorCode::kInvalidPointer,
+                  std::string(action) + " " + format_pointer(ptr) +
+                      ": the pointer lies inside a block starting at " +
+                      format_pointer(inside->address) + " but is not its start");
+    }
+    throw Error(ErrorCode::kInvalidPointer, std::string(action) + " " + format_pointer(ptr) +
+                                                ": this pointer was not allocated by vramledger "
+                                                "on this device");
+  }
+
+  std::string describe_oom(std::size_t bytes, StreamHandle stream, const char* cause) const {
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    const bool known = backend_.memory_info(&free_bytes, &total_bytes).is_ok();
+    std::string text = "out of memory: tried to allocate " + format_bytes(bytes) +
+                       " on device " + std::to_string(backend_.info().device) + " (stream " +
+                       format_pointer(stream) + ", backend " + backend_.info().name + "). ";
+    text += "vramledger holds " + format_bytes(reserved_bytes_) + " reserved";
+    if (cap_ != 0) text += " under a cap of " + format_bytes(cap_);
+    if (known) {
+      text += "; the device has " + format_bytes(free_bytes) + " free of " +
+              format_bytes(total_bytes);
+    }
+    text += ". Cause: ";
+    text += cause;
+    if (observer_ != nullptr) {
+      const std::string account = observer_->describe();
+      if (!account.empty()) text += "\n" + account;
+    }
+    return text;
+  }
+
+  std::size_t mapped_bytes_of(const AddressRange& range, DevicePtr address, std::size_t size) const {
+    if (!range.is_span) return size;
+    std::size_t mapped = 0;
+    const std::size_t first = (address - range.base) / page_bytes_;
+    const std::size_t last = (address + size - 1 - range.base) / page_bytes_;
+    for (std::size_t i = first; i <= last && i < range.pages.size(); ++i) {
+      if (!range.pages[i].mapped) continue;
+      const DevicePtr page_start = range.base + i * page_bytes_;
+      mapped += std::min(address + size, page_start + page_bytes_) - std::max(address, page_start);
+    }
+    return mapped;
+  }
+
+  std::size_t count_free_blocks(const StreamHeaps& heaps, int p) const {
+    std::size_t count = 0;
+    for (const AddressRange* range : heaps.ranges[p]) {
+      for (const Block* b = range->first; b != nullptr; b = b->next) {
+        if (b->state == BlockState::kFree) ++count;
+      }
+    }
+    return count;
+  }
+
+  // Adds one range's blocks to the census, checking the range's own invariants on the way.
+  void count_range(const AddressRange& range, BlockCensus::PerPool& out,
+                   std::size_t& live_seen) const {
+    auto fail = [&](const std::string& what) {
+      throw Error(ErrorCode::kInternal, "range at " + format_pointer(range.base) + ": " + what);
+    };
+    std::vector<std::size_t> page_active;
+    std::vector<std::uint32_t> page_users;
+    if (range.is_span) {
+      page_active.assign(range.pages.size(), 0);
+      page_users.assign(range.pages.size(), 0);
+    }
+    DevicePtr cursor = range.base;
+    std::size_t active_blocks = 0;
+    const Block* prev = nullptr;
+    for (const Block* b = range.first; b != nullptr; prev = b, b = b->next) {
+      if (b->address != cursor || b->prev != prev || b->range != &range || b->size == 0) {
+        fail("blocks do not tile the range");
+      }
+      if (prev != nullptr && prev->state == BlockState::kFree && b->state == BlockState::kFree) {
+        fail("two neighbouring free blocks were not merged");
+      }
+      cursor = b->end();
+      if (b->state == BlockState::kAllocated) {
+        out.allocation++;
+        out.allocated_bytes += static_cast<std::int64_t>(b->size);
+      }
+      if (b->is_active()) {
+        ++active_blocks;
+        ++live_seen;
+        out.active++;
+        out.active_bytes += static_cast<std::int64_t>(b->size);
+        out.requested_bytes += static_cast<std::int64_t>(b->requested);
+        if (range.is_span) {
+          const std::size_t first = (b->address - range.base) / page_bytes_;
+          const std::size_t last = (b->end() - 1 - range.base) / page_bytes_;
+          for (std::size_t i = first; i <= last; ++i) {
+            if (i >= range.pages.size() || !range.pages[i].mapped) {
+              fail("an active block lies on an unmapped page");
+            }
+            const DevicePtr page_start = range.base + i * page_bytes_;
+            page_active[i] += std::min(b->end(), page_start + page_bytes_) -
+                              std::max(b->address, page_start);
+            page_users[i]++;
+          }
+        }
+      } else {
+        const auto backed = static_cast<std::int64_t>(mapped_bytes_of(range, b->address, b->size));
+        out.free_bytes += backed;
+        if (!range.is_span) {
+          out.largest_free_block = std::max(out.largest_free_block, backed);
+          if (b->prev != nullptr || b->next != nullptr) {
+            out.inactive_split++;
+            out.inactive_split_bytes += static_cast<std::int64_t>(b->size);
+          }
+        } else {
+          out.largest_free_block =
+              std::max(out.largest_free_block, largest_mapped_run(range, b->address, b->size));
+        }
+      }
+    }
+    if (cursor != range.end()) fail("blocks do not cover the whole range");
+    if (active_blocks != range.active_blocks) fail("active block count is stale");
+    if (!range.is_span) {
+      out.segment++;
+      out.reserved_bytes += static_cast<std::int64_t>(range.size);
+      return;
+    }
+    out.virtual_bytes += static_cast<std::int64_t>(range.size);
+    std::size_t mapped = 0;
+    for (std::size_t i = 0; i < range.pages.size(); ++i) {
+      const PageSlot& page = range.pages[i];
+      if (page.users != page_users[i] || page.active_bytes != page_active[i]) {
+        fail("page " + std::to_string(i) + " usage is stale");
+      }
+      if (page.mapped) ++mapped;
+      if (page.in_lru != (page.mapped && page.users == 0)) {
+        fail("page " + std::to_string(i) + " free-list membership is wrong");
+      }
+      if (page_users[i] > 0 && page_active[i] < page_bytes_) {
+        out.inactive_split++;
+        out.inactive_split_bytes += static_cast<std::int64_t>(page_bytes_ - page_active[i]);
+      }
+    }
+    if (mapped != range.mapped_pages) fail("mapped page count is stale");
+    out.mapped_bytes += static_cast<std::int64_t>(mapped * page_bytes_);
+    out.reserved_bytes += static_cast<std::int64_t>(mapped * page_bytes_);
+  }
+
+  // Largest run of a free block's bytes that have memory behind them.
+  std::int64_t largest_mapped_run(const AddressRange& range, DevicePtr address,
+                                  std::size_t size) const {
+    std::size_t best = 0;
+    std::size_t run = 0;
+    const std::size_t first = (address - range.base) / page_bytes_;
+    const std::size_t last = (address + size - 1 - range.base) / page_bytes_;
+    for (std::size_t i = first; i <= last; ++i) {
+      if (i >= range.pages.size()) break;
+      if (!range.pages[i].mapped) {
+        run = 0;
+        continue;
+      }
+      const DevicePtr page_start = range.base + i * page_bytes_;
+      run += std::min(address + size, page_start + page_bytes_) - std::max(address, page_start);
+      best = std::max(best, run);
+    }
+    return static_cast<std::int64_t>(best);
+  }
+
+  // ---------------------------------------------------------------- state
+
+  mutable std::mutex mutex_;
+  DeviceBackend& backend_;
+  AllocatorObserver* observer_;
+  AllocatorOptions options_;
+  std::size_t cap_;
+  bool paged_ = false;
+  std::size_t page_bytes_ = 0;
+  std::size_t span_bytes_[2] = {0, 0};
+  std::size_t reserved_bytes_ = 0;
+
+  ObjectPool<Block> block_pool_;
+  BlockAddressMap live_;  // allocated and pending-free blocks by start address
+  std::vector<std::unique_ptr<StreamHeaps>> streams_;
+  StreamHeaps* last_stream_ = nullptr;
+  std::vector<PendingEvent> pending_;
+  std::vector<EventHandle> spare_events_;
+
+  PageSlot* lru_head_[2] = {nullptr, nullptr};
+  PageSlot* lru_tail_[2] = {nullptr, nullptr};
+  std::size_t free_mapped_pages_[2] = {0, 0};
+  std::vector<PhysicalHandle> free_physical_[2];
+  std::vector<std::size_t> scratch_indices_;
+};
+
+// -------------------------------------------------------------------- public facade
+
+CachingAllocator::CachingAllocator(DeviceBackend& backend, AllocatorObserver* observer,
+                                   AllocatorOptions options)
+    : impl_(std::make_unique<Impl>(backend, observer, options)) {}
+CachingAllocator::~CachingAllocator() = default;
+
+DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag) {
+  return impl_->allocate(bytes, stream, tag);
+}
+void CachingAllocator::deallocate(DevicePtr ptr) { impl_->deallocate(ptr); }
+void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {
+  impl_->record_stream(ptr, stream);
+}
+void CachingAllocator::empty_cache() { impl_->empty_cache(); }
+void CachingAllocator::process_completed_frees() { impl_->process_completed_frees(); }
+void CachingAllocator::set_cap(std::size_t cap_bytes) { impl_->set_cap(cap_bytes); }
+std::size_t CachingAllocator::cap() const { return impl_->cap(); }
+bool CachingAllocator::owns(DevicePtr ptr) const { return impl_->owns(ptr); }
+AllocationInfo CachingAllocator::describe(DevicePtr ptr) const { return impl_->describe(ptr); }
+std::vector<SegmentInfo> CachingAllocator::segments() const { return impl_->segments(); }
+BlockCensus CachingAllocator::census() const { return impl_->census(); }
+const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
+DeviceBackend& CachingAllocator::backend() const { return impl_->backend(); }
+void CachingAllocator::release_stream(StreamHandle stream) { impl_->release_stream(stream); }
+
+}  // namespace vramledger

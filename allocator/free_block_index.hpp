@@ -1,0 +1,48 @@
+// Free blocks of one stream and pool, indexed for O(1) good-fit search.
+//
+// Two-level segregated fit: sizes are grouped by power of two and each power is cut into 32
+// equal classes, so every block in a class is within ~3% of the class minimum. A search looks
+// for a fitting block in the request's own class (bounded scan), then takes the first block of
+// the next non-empty class, found with two bitmap scans.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+#include "allocator/block.hpp"
+
+namespace vramledger {
+
+class FreeBlockIndex {
+ public:
+  static constexpr int kSubclassBits = 5;
+  static constexpr int kSubclasses = 1 << kSubclassBits;
+  static constexpr int kClasses = 64 - kSubclassBits + 1;
+
+  void insert(Block* block);
+  void remove(Block* block);
+  // A free block of at least `size` bytes, or nullptr. The block stays in the index.
+  Block* find(std::size_t size) const;
+
+  std::size_t count() const { return count_; }
+  // Visits every block (for census and reports); order unspecified.
+  template <typename Visitor>
+  void for_each(Visitor&& visit) const {
+    for (Block* head : bins_) {
+      for (Block* b = head; b != nullptr; b = b->free_next) visit(b);
+    }
+  }
+
+ private:
+  static std::uint32_t bin_of(std::size_t size);
+  static int class_of(std::uint32_t bin) { return static_cast<int>(bin >> kSubclassBits); }
+
+  std::uint64_t class_bitmap_ = 0;
+  std::array<std::uint32_t, kClasses> subclass_bitmaps_{};
+  std::array<Block*, kClasses * kSubclasses> bins_{};
+  std::size_t count_ = 0;
+};
+
+}  // namespace vramledger
