@@ -931,13 +931,17 @@ class CachingAllocator::Impl {
         for (AddressRange* range : heaps->ranges[p]) {
           const bool idle = range->active_blocks == 0;
           if (range->is_span) {
+            std::size_t still_mapped = 0;
             for (PageSlot& page : range->pages) {
-              if (page.mapped && page.users == 0 &&
-                  backend_.unmap_pages(page.span->base + page.index * page_bytes_, page_bytes_, 1)) {
+              if (!page.mapped) continue;
+              if (page.users == 0 &&
+                  backend_.unmap_pages(page_address(page), page_bytes_, 1).is_ok()) {
                 (void)backend_.release_physical(page.handle);
+              } else {
+                ++still_mapped;
               }
             }
-            if (idle && range->mapped_pages == 0) {
+            if (idle && still_mapped == 0) {
               (void)backend_.free_address_range(range->base, range->size);
             }
           } else if (idle) {

@@ -1,0 +1,421 @@
+// Unit tests of the policy layer over the simulated device, for both heap shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+
+namespace vramledger {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+enum class Heap { kSegment, kPaged };
+
+std::string heap_name(const testing::TestParamInfo<Heap>& info) {
+  return info.param == Heap::kPaged ? "paged" : "segment";
+}
+
+class CachingAllocatorTest : public testing::TestWithParam<Heap> {
+ protected:
+  explicit CachingAllocatorTest(std::size_t capacity = 8 * kGiB) : device_(device_options(capacity)) {}
+
+  SimulatedDeviceOptions device_options(std::size_t capacity) const {
+    SimulatedDeviceOptions options;
+    options.capacity_bytes = capacity;
+    options.supports_virtual_memory = GetParam() == Heap::kPaged;
+    return options;
+  }
+
+  bool paged() const { return GetParam() == Heap::kPaged; }
+
+  // The ledger must agree with a recount of the allocator's blocks at every instant.
+  void expect_consistent() {
+    const BlockCensus census = allocator_->census();
+    const LedgerCounters counters = ledger_.counters();
+    ASSERT_FALSE(ledger_.inconsistent()) << ledger_.first_inconsistency()->to_string();
+    for (PoolKind pool : {PoolKind::kSmall, PoolKind::kLarge}) {
+      const auto& c = census.pools[static_cast<int>(pool)];
+      const PoolCounters& l = counters.pools[stat_pool_index(pool)];
+      EXPECT_EQ(c.allocation, l.allocation.current);
+      EXPECT_EQ(c.allocated_bytes, l.allocated_bytes.current);
+      EXPECT_EQ(c.active, l.active.current);
+      EXPECT_EQ(c.active_bytes, l.active_bytes.current);
+      EXPECT_EQ(c.requested_bytes, l.requested_bytes.current);
+      EXPECT_EQ(c.reserved_bytes, l.reserved_bytes.current);
+      EXPECT_EQ(c.segment, l.segment.current);
+      EXPECT_EQ(c.inactive_split, l.inactive_split.current);
+      EXPECT_EQ(c.inactive_split_bytes, l.inactive_split_bytes.current);
+      EXPECT_EQ(c.mapped_bytes, l.mapped_bytes.current);
+      EXPECT_EQ(c.virtual_bytes, l.virtual_bytes.current);
+    }
+    // The device holds exactly what we say we reserved.
+    EXPECT_EQ(device_.physical_bytes_in_use(),
+              static_cast<std::size_t>(reserved(counters)));
+  }
+
+  static std::int64_t reserved(const LedgerCounters& counters) {
+    return counters.pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+  }
+  std::int64_t reserved() const { return reserved(ledger_.counters()); }
+  std::int64_t allocated() const {
+    return ledger_.counters().pools[stat_pool_index(StatPool::kAggregate)].allocated_bytes.current;
+  }
+
+  void SetUp() override {
+    allocator_ = std::make_unique<CachingAllocator>(device_, &ledger_, AllocatorOptions{});
+  }
+
+  SimulatedDevice device_;
+  Ledger ledger_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+TEST_P(CachingAllocatorTest, RoundsAndPicksPools) {
+  const DevicePtr small = allocator_->allocate(1, 0);
+  const DevicePtr large = allocator_->allocate(3 * kMiB + 1, 0);
+  const AllocationInfo s = allocator_->describe(small);
+  const AllocationInfo l = allocator_->describe(large);
+  EXPECT_EQ(s.size, 512u);
+  EXPECT_EQ(s.requested, 1u);
+  EXPECT_EQ(l.requested, 3 * kMiB + 1);
+  EXPECT_EQ(l.size % 512, 0u);
+  EXPECT_GE(l.size, 3 * kMiB + 1);
+  EXPECT_EQ(small % 512, 0u);
+  EXPECT_EQ(large % 512, 0u);
+  EXPECT_TRUE(device_.is_range_accessible(small, s.size));
+  EXPECT_TRUE(device_.is_range_accessible(large, l.size));
+  expect_consistent();
+  allocator_->deallocate(small);
+  allocator_->deallocate(large);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, ReusesCachedBlocksWithoutDriverCalls) {
+  const DevicePtr first = allocator_->allocate(5 * kMiB, 0);
+  allocator_->deallocate(first);
+  device_.reset_call_counts();
+  const DevicePtr second = allocator_->allocate(5 * kMiB, 0);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(device_.total_call_count(), 0u);
+  allocator_->deallocate(second);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, SplitsAndMergesBlocks) {
+  std::vector<DevicePtr> ptrs;
+  for (int i = 0; i < 16; ++i) ptrs.push_back(allocator_->allocate(64 * 1024, 0));
+  expect_consistent();
+  // Free every other block, then the rest: neighbours must merge back into one free block.
+  for (std::size_t i = 0; i < ptrs.size(); i += 2) allocator_->deallocate(ptrs[i]);
+  expect_consistent();
+  for (std::size_t i = 1; i < ptrs.size(); i += 2) allocator_->deallocate(ptrs[i]);
+  expect_consistent();
+  const BlockCensus census = allocator_->census();
+  EXPECT_EQ(census.pools[0].active, 0);
+  for (const SegmentInfo& segment : allocator_->segments()) {
+    EXPECT_EQ(segment.blocks.size(), 1u) << "free neighbours were not merged";
+  }
+}
+
+TEST_P(CachingAllocatorTest, BlocksNeverOverlapAndAreBacked) {
+  std::mt19937_64 rng(7);
+  std::vector<std::pair<DevicePtr, std::size_t>> live;
+  for (int step = 0; step < 3000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      const std::size_t bytes = std::size_t{512} << (rng() % 15);
+      const std::size_t size = bytes + (rng() % bytes);
+      const DevicePtr p = allocator_->allocate(size, 0);
+      ASSERT_TRUE(device_.is_range_accessible(p, size));
+      live.emplace_back(p, size);
+    } else {
+      const std::size_t i = rng() % live.size();
+      allocator_->deallocate(live[i].first);
+      live[i] = live.back();
+      live.pop_back();
+    }
+  }
+  std::sort(live.begin(), live.end());
+  for (std::size_t i = 1; i < live.size(); ++i) {
+    ASSERT_LE(live[i - 1].first + live[i - 1].second, live[i].first);
+  }
+  expect_consistent();
+  for (auto& [p, size] : live) allocator_->deallocate(p);
+  allocator_->empty_cache();
+  expect_consistent();
+  EXPECT_EQ(reserved(), 0);
+  EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
+}
+
+TEST_P(CachingAllocatorTest, CrossStreamFreeWaitsForTheOtherStream) {
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr p = allocator_->allocate(4 * kMiB, 0);
+  allocator_->record_stream(p, side);
+  ASSERT_TRUE(device_.pause_stream(side));
+  allocator_->deallocate(p);
+  expect_consistent();
+  const PoolCounters agg = ledger_.counters().pools[stat_pool_index(StatPool::kAggregate)];
+  EXPECT_EQ(agg.allocated_bytes.current, 0);
+  EXPECT_GT(agg.active_bytes.current, 0);
+  // While the side stream has not finished, the block must not be handed out again.
+  const DevicePtr q = allocator_->allocate(4 * kMiB, 0);
+  EXPECT_NE(p, q);
+  EXPECT_THROW(allocator_->deallocate(p), Error);  // double free while pending
+  ASSERT_TRUE(device_.resume_stream(side));
+  allocator_->process_completed_frees();
+  expect_consistent();
+  EXPECT_EQ(ledger_.counters().pools[0].active_bytes.current,
+            static_cast<std::int64_t>(allocator_->describe(q).size));
+  const DevicePtr r = allocator_->allocate(4 * kMiB, 0);
+  EXPECT_EQ(r, p) << "the block should be reusable once the side stream finished";
+  allocator_->deallocate(q);
+  allocator_->deallocate(r);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, StreamsDoNotShareFreeBlocks) {
+  const StreamHandle other = device_.create_stream();
+  const DevicePtr p = allocator_->allocate(1 * kMiB, 0);
+  allocator_->deallocate(p);
+  const DevicePtr q = allocator_->allocate(1 * kMiB, other);
+  EXPECT_NE(p, q);
+  EXPECT_EQ(allocator_->describe(q).stream, other);
+  allocator_->deallocate(q);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, RejectsBadInputWithStateIntact) {
+  const DevicePtr p = allocator_->allocate(10 * kMiB, 0);
+  const LedgerCounters before = ledger_.counters();
+  auto expect_code = [&](auto&& action, ErrorCode code, const std::string& words) {
+    try {
+      action();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), code) << error.what();
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+    }
+    EXPECT_EQ(ledger_.counters(), before);
+    expect_consistent();
+  };
+  expect_code([&] { allocator_->allocate(0, 0); }, ErrorCode::kInvalidArgument, "0 bytes");
+  expect_code([&] { allocator_->allocate(SIZE_MAX, 0); }, ErrorCode::kInvalidArgument,
+              "largest supported");
+  expect_code([&] { allocator_->deallocate(0x1234000); }, ErrorCode::kInvalidPointer,
+              "not allocated by vramledger");
+  expect_code([&] { allocator_->deallocate(p + 512); }, ErrorCode::kInvalidPointer,
+              "not its start");
+  allocator_->deallocate(p);
+  const LedgerCounters after_free = ledger_.counters();
+  try {
+    allocator_->deallocate(p);
+    ADD_FAILURE() << "double free accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kDoubleFree) << error.what();
+  }
+  EXPECT_EQ(ledger_.counters(), after_free);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, RequestLargerThanTheDeviceIsOutOfMemory) {
+  const DevicePtr keep = allocator_->allocate(1 * kMiB, 0);
+  try {
+    allocator_->allocate(64 * kGiB, 0);
+    ADD_FAILURE() << "allocation larger than the device succeeded";
+  } catch (const OutOfMemoryError& error) {
+    EXPECT_NE(std::string(error.what()).find("tried to allocate"), std::string::npos);
+  }
+  expect_consistent();
+  EXPECT_EQ(ledger_.counters().num_ooms, 1);
+  allocator_->deallocate(keep);
+}
+
+TEST_P(CachingAllocatorTest, CapIsHardAndRecoverable) {
+  allocator_->set_cap(64 * kMiB);
+  std::vector<DevicePtr> ptrs;
+  try {
+    for (int i = 0; i < 100; ++i) ptrs.push_back(allocator_->allocate(8 * kMiB, 0));
+    ADD_FAILURE() << "cap not enforced";
+  } catch (const OutOfMemoryError& error) {
+    EXPECT_NE(std::string(error.what()).find("cap"), std::string::npos) << error.what();
+  }
+  EXPECT_LE(reserved(), 64 * static_cast<std::int64_t>(kMiB));
+  EXPECT_GE(ptrs.size(), 6u);
+  expect_consistent();
+  for (DevicePtr p : ptrs) allocator_->deallocate(p);
+  // After freeing, the same memory serves new requests under the cap.
+  const DevicePtr p = allocator_->allocate(40 * kMiB, 0);
+  EXPECT_LE(reserved(), 64 * static_cast<std::int64_t>(kMiB));
+  allocator_->deallocate(p);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, OutOfMemoryReleasesCacheAndRetries) {
+  // Fill the device with cached blocks of one stream, then ask on another stream.
+  const StreamHandle other = device_.create_stream();
+  std::vector<DevicePtr> ptrs;
+  for (int i = 0; i < 7; ++i) ptrs.push_back(allocator_->allocate(1 * kGiB, 0));
+  for (DevicePtr p : ptrs) allocator_->deallocate(p);
+  const DevicePtr big = allocator_->allocate(6 * kGiB, other);
+  EXPECT_GE(ledger_.counters().num_alloc_retries, paged() ? 0 : 1);
+  EXPECT_LE(reserved(), static_cast<std::int64_t>(8 * kGiB));
+  allocator_->deallocate(big);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, InjectedDriverFailuresLoseNothing) {
+  const SimOp op = paged() ? SimOp::kMapPages : SimOp::kAllocateSegment;
+  device_.inject_failure_at(op, 1);
+  try {
+    allocator_->allocate(30 * kMiB, 0);
+    ADD_FAILURE() << "injected failure not reported";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kDriverError) << error.what();
+    EXPECT_NE(std::string(error.what()).find("inject"), std::string::npos) << error.what();
+  }
+  expect_consistent();
+  EXPECT_EQ(allocated(), 0);
+  const DevicePtr p = allocator_->allocate(30 * kMiB, 0);
+  EXPECT_TRUE(device_.is_range_accessible(p, 30 * kMiB));
+  allocator_->deallocate(p);
+  allocator_->empty_cache();
+  expect_consistent();
+  EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
+}
+
+TEST_P(CachingAllocatorTest, InjectedOutOfMemoryIsRetried) {
+  const SimOp op = paged() ? SimOp::kCreatePhysical : SimOp::kAllocateSegment;
+  device_.inject_failure_at(op, 1, ErrorCode::kOutOfMemory);
+  const DevicePtr p = allocator_->allocate(30 * kMiB, 0);
+  EXPECT_EQ(ledger_.counters().num_alloc_retries, 1);
+  allocator_->deallocate(p);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, EmptyCacheReturnsEverything) {
+  std::vector<DevicePtr> ptrs;
+  for (int i = 0; i < 20; ++i) ptrs.push_back(allocator_->allocate((i + 1) * kMiB, 0));
+  const DevicePtr kept = allocator_->allocate(300, 0);
+  for (DevicePtr p : ptrs) allocator_->deallocate(p);
+  allocator_->empty_cache();
+  expect_consistent();
+  EXPECT_EQ(reserved(), paged() ? static_cast<std::int64_t>(2 * kMiB)
+                                : static_cast<std::int64_t>(2 * kMiB));
+  allocator_->deallocate(kept);
+  allocator_->empty_cache();
+  EXPECT_EQ(reserved(), 0);
+  EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
+}
+
+TEST_P(CachingAllocatorTest, DestructionReturnsAllMemory) {
+  const DevicePtr p = allocator_->allocate(7 * kMiB, 0);
+  allocator_->deallocate(p);
+  allocator_.reset();
+  EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
+  EXPECT_EQ(device_.reserved_address_bytes(), 0u);
+  EXPECT_EQ(device_.live_event_count(), 0u);
+}
+
+TEST_P(CachingAllocatorTest, FreeAfterItsStreamWasDestroyed) {
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr p = allocator_->allocate(3 * kMiB, side);
+  ASSERT_TRUE(device_.destroy_stream(side));
+  allocator_->deallocate(p);  // no event is needed: the free itself is fine
+  expect_consistent();
+  allocator_->release_stream(side);
+  expect_consistent();
+  EXPECT_EQ(reserved(), 0);
+}
+
+TEST_P(CachingAllocatorTest, FreeWithUseOnDestroyedStreamIsRefusedUntilReleased) {
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr p = allocator_->allocate(3 * kMiB, 0);
+  allocator_->record_stream(p, side);
+  ASSERT_TRUE(device_.destroy_stream(side));
+  const LedgerCounters before = ledger_.counters();
+  try {
+    allocator_->deallocate(p);
+    ADD_FAILURE() << "free with a use on a destroyed stream accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidStream) << error.what();
+    EXPECT_NE(std::string(error.what()).find("release_stream"), std::string::npos);
+  }
+  EXPECT_EQ(ledger_.counters(), before);
+  expect_consistent();
+  allocator_->release_stream(side);
+  allocator_->deallocate(p);
+  expect_consistent();
+}
+
+INSTANTIATE_TEST_SUITE_P(Heaps, CachingAllocatorTest, testing::Values(Heap::kSegment, Heap::kPaged),
+                         heap_name);
+
+// --- Paged heap specifics ---------------------------------------------------------------
+
+class PagedHeapTest : public testing::Test {
+ protected:
+  SimulatedDevice device_{SimulatedDeviceOptions{}};
+  Ledger ledger_;
+  CachingAllocator allocator_{device_, &ledger_, AllocatorOptions{}};
+
+  std::int64_t reserved() const {
+    return ledger_.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+  }
+};
+
+TEST_F(PagedHeapTest, FreedPagesServeOtherStreamsWithoutNewMemory) {
+  const StreamHandle other = device_.create_stream();
+  const DevicePtr p = allocator_.allocate(64 * kMiB, 0);
+  allocator_.deallocate(p);
+  const std::int64_t before = reserved();
+  const DevicePtr q = allocator_.allocate(64 * kMiB, other);
+  EXPECT_EQ(reserved(), before) << "pages should move to the other stream's span";
+  EXPECT_TRUE(device_.is_range_accessible(q, 64 * kMiB));
+  allocator_.deallocate(q);
+}
+
+TEST_F(PagedHeapTest, HolesInAddressSpaceCostNoPhysicalMemory) {
+  // Classic fragmentation: interleaved sizes freed in a pattern that leaves holes too small for
+  // the next request. Pages under the holes must be re-used.
+  std::vector<DevicePtr> a;
+  std::vector<DevicePtr> b;
+  for (int i = 0; i < 32; ++i) {
+    a.push_back(allocator_.allocate(6 * kMiB, 0));
+    b.push_back(allocator_.allocate(4 * kMiB, 0));
+  }
+  for (DevicePtr p : a) allocator_.deallocate(p);
+  const std::int64_t live = 32 * 4 * static_cast<std::int64_t>(kMiB);
+  std::vector<DevicePtr> c;
+  for (int i = 0; i < 16; ++i) c.push_back(allocator_.allocate(12 * kMiB, 0));
+  const std::int64_t now_live = live + 16 * 12 * static_cast<std::int64_t>(kMiB);
+  EXPECT_LE(reserved(), now_live + 2 * static_cast<std::int64_t>(kMiB) * 2)
+      << "reserved " << reserved() << " for " << now_live << " live";
+  for (DevicePtr p : b) allocator_.deallocate(p);
+  for (DevicePtr p : c) allocator_.deallocate(p);
+}
+
+TEST_F(PagedHeapTest, PagesOfAPausedStreamAreNotStolenWhileInUse) {
+  const StreamHandle busy = device_.create_stream();
+  const StreamHandle other = device_.create_stream();
+  const DevicePtr p = allocator_.allocate(8 * kMiB, busy);
+  ASSERT_TRUE(device_.pause_stream(busy));
+  allocator_.deallocate(p);  // work queued on `busy` may still use these pages
+  const std::int64_t before = reserved();
+  const DevicePtr q = allocator_.allocate(8 * kMiB, other);
+  EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
+      << "pages still in use by a running stream must not be re-mapped";
+  ASSERT_TRUE(device_.resume_stream(busy));
+  const DevicePtr r = allocator_.allocate(8 * kMiB, other);
+  EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB));
+  allocator_.deallocate(q);
+  allocator_.deallocate(r);
+}
+
+}  // namespace
+}  // namespace vramledger
