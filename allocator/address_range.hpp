@@ -2,6 +2,7 @@
 // every byte) or a virtual span of the paged heap (pages mapped on demand).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -12,21 +13,12 @@
 
 namespace vramledger {
 
-struct AddressRange;
-
-// One page of a virtual span.
-struct PageSlot {
-  PhysicalHandle handle = 0;
-  bool mapped = false;
-  std::uint32_t users = 0;         // active blocks touching the page
-  std::size_t active_bytes = 0;    // bytes of active blocks on the page
-  std::uint64_t freed_at_fence = 0;  // owner stream's fence sequence when users fell to 0
-  // Links in the per-pool list of free mapped pages, oldest first.
-  PageSlot* lru_prev = nullptr;
-  PageSlot* lru_next = nullptr;
-  AddressRange* span = nullptr;
-  std::size_t index = 0;  // position in span->pages
-  bool in_lru = false;
+// Use of one page of a virtual span by the blocks that start or end on it. A page strictly
+// inside an active block is covered whole and needs no count; only pages shared by several
+// blocks (or partly free) are the edge pages of every active block touching them.
+struct PageUse {
+  std::uint32_t users = 0;       // active blocks whose first or last page this is
+  std::size_t active_bytes = 0;  // their bytes on this page
 };
 
 struct AddressRange {
@@ -37,11 +29,52 @@ struct AddressRange {
   bool is_span = false;
   Block* first = nullptr;
   std::size_t active_blocks = 0;
-  // Virtual spans only. Pages past pages.size() have never been touched: unmapped, unused.
-  std::deque<PageSlot> pages;  // deque: growing keeps PageSlot addresses stable
+
+  // Virtual spans only; pages past the end of these vectors were never touched.
+  std::vector<PageUse> page_use;
+  std::vector<PhysicalHandle> page_handle;
+  std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
 
   DevicePtr end() const { return base + size; }
+
+  bool is_mapped(std::size_t page) const {
+    return page / 64 < mapped_bits.size() && (mapped_bits[page / 64] >> (page % 64) & 1) != 0;
+  }
+  // Number of mapped pages in [first, last).
+  std::size_t count_mapped(std::size_t first, std::size_t last) const {
+    std::size_t count = 0;
+    last = std::min(last, mapped_bits.size() * 64);
+    while (first < last) {
+      const std::size_t word = first / 64;
+      const std::size_t bit = first % 64;
+      const std::size_t take = std::min<std::size_t>(64 - bit, last - first);
+      std::uint64_t bits = mapped_bits[word] >> bit;
+      if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
+      count += static_cast<std::size_t>(std::popcount(bits));
+      first += take;
+    }
+    return count;
+  }
+  void grow_pages(std::size_t page_count) {
+    if (page_use.size() >= page_count) return;
+    page_use.resize(page_count);
+    page_handle.resize(page_count, 0);
+    mapped_bits.resize((page_count + 63) / 64, 0);
+  }
+  void set_mapped(std::size_t page, PhysicalHandle handle) {
+    grow_pages(page + 1);
+    mapped_bits[page / 64] |= std::uint64_t{1} << (page % 64);
+    page_handle[page] = handle;
+    ++mapped_pages;
+  }
+  PhysicalHandle clear_mapped(std::size_t page) {
+    mapped_bits[page / 64] &= ~(std::uint64_t{1} << (page % 64));
+    --mapped_pages;
+    const PhysicalHandle handle = page_handle[page];
+    page_handle[page] = 0;
+    return handle;
+  }
 };
 
 }  // namespace vramledger

@@ -32,6 +32,7 @@ struct Block {
   std::uint32_t free_bin = 0;
   BlockState state = BlockState::kFree;
   bool counted_inactive_split = false;  // segment heap: announced as inactive split
+  std::uint64_t freed_at_fence = 0;     // paged heap: owner stream's fence sequence when freed
   TagId tag = kUntagged;
   int pending_events = 0;
   std::vector<StreamHandle> stream_uses;  // other streams recorded with record_stream

@@ -256,7 +256,7 @@ class CachingAllocator::Impl {
             info.requested = b->requested;
             info.allocated = b->state == BlockState::kAllocated;
             info.active = b->is_active();
-            info.mapped_bytes = mapped_bytes_of(*range, b->address, b->size);
+            info.mapped_bytes = backed_bytes(*range, b->address, b->size).first;
             info.tag = b->tag;
             segment.blocks.push_back(info);
           }
@@ -271,11 +271,12 @@ class CachingAllocator::Impl {
     std::lock_guard lock(mutex_);
     BlockCensus census;
     std::size_t live_seen = 0;
+    std::size_t free_mapped[2] = {0, 0};
     for (const auto& heaps : streams_) {
       for (int p = 0; p < 2; ++p) {
         BlockCensus::PerPool& out = census.pools[p];
         for (const AddressRange* range : heaps->ranges[p]) {
-          count_range(*range, out, live_seen);
+          free_mapped[p] += count_range(*range, out, live_seen);
         }
         if (static_cast<std::size_t>(heaps->free[p].count()) != count_free_blocks(*heaps, p)) {
           throw Error(ErrorCode::kInternal, "free index count disagrees with the block lists");
@@ -288,6 +289,11 @@ class CachingAllocator::Impl {
                                             std::to_string(live_seen) + " active ones");
     }
     for (int p = 0; p < 2; ++p) {
+      if (free_mapped[p] != free_mapped_pages_[p]) {
+        throw Error(ErrorCode::kInternal, "free mapped page count is stale: counted " +
+                                              std::to_string(free_mapped_pages_[p]) + ", found " +
+                                              std::to_string(free_mapped[p]));
+      }
       const auto held = static_cast<std::int64_t>(free_physical_[p].size());
       census.pools[p].reserved_bytes += held * static_cast<std::int64_t>(page_bytes_);
       census.free_physical_pages += held;
@@ -451,11 +457,56 @@ class CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- paged heap
 
+  // Where a page-level operation must not take pages from: the pages an allocation is about to
+  // use.
+  struct PageExclusion {
+    const AddressRange* span = nullptr;
+    std::size_t first = 0;
+    std::size_t last = 0;  // inclusive
+    bool covers(const AddressRange* range, std::size_t page) const {
+      return range == span && page >= first && page <= last;
+    }
+  };
+
+  std::size_t page_of(const AddressRange& span, DevicePtr address) const {
+    return (address - span.base) / page_bytes_;
+  }
+  // Pages lying entirely inside [address, end): [first, last).
+  std::pair<std::size_t, std::size_t> whole_pages(const AddressRange& span, DevicePtr address,
+                                                  DevicePtr end) const {
+    const std::size_t first = (address - span.base + page_bytes_ - 1) / page_bytes_;
+    const std::size_t last = (end - span.base) / page_bytes_;
+    return {first, std::max(first, last)};
+  }
+  // Calls visit(page) for every mapped page in [first, last).
+  template <typename Visit>
+  static void for_each_mapped(const AddressRange& span, std::size_t first, std::size_t last,
+                              Visit&& visit) {
+    last = std::min(last, span.mapped_bits.size() * 64);
+    for (std::size_t word = first / 64; word * 64 < last; ++word) {
+      std::uint64_t bits = span.mapped_bits[word];
+      while (bits != 0) {
+        const std::size_t page = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        bits &= bits - 1;
+        if (page >= first && page < last) visit(page);
+      }
+    }
+  }
+
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
     FreeBlockIndex& index = heaps.free[pool_index(pool)];
     Block* block = index.find(size);
     if (block == nullptr) block = add_span(heaps, pool, size);
-    map_pages_for(*block->range, block->address, size);  // throws with nothing changed
+    AddressRange& span = *block->range;
+    const std::size_t first = page_of(span, block->address);
+    const std::size_t last = page_of(span, block->address + size - 1);
+    // Free mapped pages of this block that the allocation is about to use.
+    const auto [whole_first, whole_last] = whole_pages(span, block->address, block->end());
+    const std::size_t lo = std::max(first, whole_first);
+    const std::size_t hi = std::min(last + 1, whole_last);
+    const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
+    map_pages_for(span, first, last);  // throws with nothing changed
+    free_mapped_pages_[pool_index(pool)] -= reused;
     index.remove(block);
     if (block->size > size) index.insert(split_front(block, size));
     mark_pages(*block, +1);
@@ -471,96 +522,54 @@ class CachingAllocator::Impl {
     return add_range(heaps, pool, base, bytes, /*is_span=*/true);
   }
 
-  PageSlot& page_at(AddressRange& span, std::size_t index) {
-    while (span.pages.size() <= index) {
-      PageSlot& slot = span.pages.emplace_back();
-      slot.span = &span;
-      slot.index = span.pages.size() - 1;
-    }
-    return span.pages[index];
-  }
-
-  DevicePtr page_address(const PageSlot& page) const {
-    return page.span->base + page.index * page_bytes_;
-  }
-
-  // Makes every page under [address, address + size) mapped. On failure nothing is mapped that
-  // was not before; physical memory obtained on the way stays in the free physical pool.
-  void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size) {
-    const std::size_t first = (address - span.base) / page_bytes_;
-    const std::size_t last = (address + size - 1 - span.base) / page_bytes_;
-    std::vector<std::size_t>& missing = scratch_indices_;
-    missing.clear();
+  // Maps every page in [first, last]. On failure nothing is mapped that was not before; physical
+  // memory obtained on the way stays in the free physical pool.
+  void map_pages_for(AddressRange& span, std::size_t first, std::size_t last) {
+    if (span.count_mapped(first, last + 1) == last - first + 1) return;
+    std::vector<std::size_t> missing;
     for (std::size_t i = first; i <= last; ++i) {
-      if (i >= span.pages.size() || !span.pages[i].mapped) missing.push_back(i);
+      if (!span.is_mapped(i)) missing.push_back(i);
     }
-    if (missing.empty()) return;  // mark_pages takes the target's pages off the free list
-    // Pages of the target that sit in the free list must not be taken for the target itself.
-    std::vector<PageSlot*> held;
-    for (std::size_t i = first; i <= last && i < span.pages.size(); ++i) {
-      if (span.pages[i].in_lru) {
-        lru_remove(&span.pages[i]);
-        held.push_back(&span.pages[i]);
-      }
-    }
-    std::vector<std::size_t> missing_copy = missing;  // acquire may reuse the scratch vector
-    std::vector<PhysicalHandle> handles;
-    try {
-      handles = acquire_physical(span.pool, missing_copy.size());
-    } catch (...) {
-      for (PageSlot* page : held) lru_push(page);
-      throw;
-    }
+    std::vector<PhysicalHandle> handles =
+        acquire_physical(span.pool, missing.size(), PageExclusion{&span, first, last});
     // Map runs of consecutive missing pages with one call each.
     std::size_t done = 0;
-    while (done < missing_copy.size()) {
+    while (done < missing.size()) {
       std::size_t run = 1;
-      while (done + run < missing_copy.size() &&
-             missing_copy[done + run] == missing_copy[done] + run) {
-        ++run;
-      }
-      const DevicePtr va = span.base + missing_copy[done] * page_bytes_;
+      while (done + run < missing.size() && missing[done + run] == missing[done] + run) ++run;
+      const DevicePtr va = span.base + missing[done] * page_bytes_;
       Status status = backend_.map_pages(
           va, page_bytes_, std::span<const PhysicalHandle>(handles.data() + done, run));
       if (!status) {
         // Undo this call's mappings; keep all physical memory for later.
-        for (std::size_t k = 0; k < done; ++k) unmap_one(page_at(span, missing_copy[k]));
-        for (std::size_t k = 0; k < handles.size(); ++k) {
-          if (k >= done) free_physical_[pool_index(span.pool)].push_back(handles[k]);
-        }
-        for (PageSlot* page : held) lru_push(page);
+        free_physical_[pool_index(span.pool)].insert(free_physical_[pool_index(span.pool)].end(),
+                                                     handles.begin() + static_cast<std::ptrdiff_t>(done),
+                                                     handles.end());
+        for (std::size_t k = 0; k < done; ++k) unmap_page(span, missing[k], /*was_free=*/false);
         throw_if_error(status, "mapping " + std::to_string(run) + " page(s) at " +
                                    format_pointer(va));
       }
-      for (std::size_t k = 0; k < run; ++k) {
-        PageSlot& page = page_at(span, missing_copy[done + k]);
-        page.handle = handles[done + k];
-        page.mapped = true;
-        span.mapped_pages++;
-      }
+      for (std::size_t k = 0; k < run; ++k) span.set_mapped(missing[done + k], handles[done + k]);
       emit(EventKind::kMap, span.pool, span.owner->stream, va, run * page_bytes_);
       done += run;
     }
-    // Held pages get users in mark_pages; until then they are simply out of the free list.
   }
 
-  // Unmaps a page no block uses; its physical memory goes to the free physical pool.
-  void unmap_one(PageSlot& page) {
-    const DevicePtr va = page_address(page);
+  // Unmaps one page no active block touches; its memory goes to the free physical pool.
+  void unmap_page(AddressRange& span, std::size_t page, bool was_free) {
+    const DevicePtr va = span.base + page * page_bytes_;
     throw_if_error(backend_.unmap_pages(va, page_bytes_, 1),
                    "unmapping the page at " + format_pointer(va));
-    if (page.in_lru) lru_remove(&page);
-    page.mapped = false;
-    page.span->mapped_pages--;
-    free_physical_[pool_index(page.span->pool)].push_back(page.handle);
-    page.handle = 0;
-    emit(EventKind::kUnmap, page.span->pool, page.span->owner->stream, va, page_bytes_);
+    free_physical_[pool_index(span.pool)].push_back(span.clear_mapped(page));
+    if (was_free) free_mapped_pages_[pool_index(span.pool)]--;
+    emit(EventKind::kUnmap, span.pool, span.owner->stream, va, page_bytes_);
   }
 
   // Physical pages for `count` new mappings: from the free physical pool, then free mapped pages
   // proven idle, then new memory from the device, then free mapped pages after waiting for their
   // streams. Throws OutOfMemoryError (leaving what it gathered in the free pool) if all fall short.
-  std::vector<PhysicalHandle> acquire_physical(PoolKind pool, std::size_t count) {
+  std::vector<PhysicalHandle> acquire_physical(PoolKind pool, std::size_t count,
+                                               const PageExclusion& exclusion) {
     std::vector<PhysicalHandle> handles;
     handles.reserve(count);
     std::vector<PhysicalHandle>& spare = free_physical_[pool_index(pool)];
@@ -570,14 +579,10 @@ class CachingAllocator::Impl {
         spare.pop_back();
       }
     };
-    auto give_back = [&] {
-      spare.insert(spare.end(), handles.begin(), handles.end());
-      handles.clear();
-    };
     try {
       take_spare();
       if (handles.size() < count) {
-        unmap_idle_pages(pool, count - handles.size(), /*wait=*/false);
+        unmap_idle_pages(pool, count - handles.size(), /*wait=*/false, exclusion);
         take_spare();
       }
       std::string shortage;
@@ -598,7 +603,7 @@ class CachingAllocator::Impl {
         handles.push_back(handle);
       }
       if (handles.size() < count) {
-        unmap_idle_pages(pool, count - handles.size(), /*wait=*/true);
+        unmap_idle_pages(pool, count - handles.size(), /*wait=*/true, exclusion);
         take_spare();
       }
       if (handles.size() < count) {
@@ -606,104 +611,78 @@ class CachingAllocator::Impl {
                                " more page(s) of " + format_bytes(page_bytes_) + ": " + shortage);
       }
     } catch (...) {
-      give_back();
+      spare.insert(spare.end(), handles.begin(), handles.end());
       throw;
     }
     return handles;
   }
 
-  // Unmaps up to `count` free mapped pages of `pool`, oldest first, moving their memory to the
-  // free physical pool. Without `wait`, only pages whose streams have provably finished with them.
-  void unmap_idle_pages(PoolKind pool, std::size_t count, bool wait) {
-    int p = pool_index(pool);
+  // Unmaps up to `count` free mapped pages of `pool`, moving their memory to the free physical
+  // pool. Without `wait`, only pages whose streams have provably finished with them.
+  void unmap_idle_pages(PoolKind pool, std::size_t count, bool wait,
+                        const PageExclusion& exclusion) {
+    const int p = pool_index(pool);
     std::size_t unmapped = 0;
-    PageSlot* page = lru_head_[p];
-    while (page != nullptr && unmapped < count) {
-      PageSlot* next = page->lru_next;
-      StreamHeaps& owner = *page->span->owner;
-      if (page->freed_at_fence > owner.completed_fence) {
-        issue_fence(owner);
-        poll_fences(owner);
-        if (wait && page->freed_at_fence > owner.completed_fence) {
-          wait_for_fence(owner, page->freed_at_fence);
+    for (auto& heaps : streams_) {
+      for (AddressRange* span : heaps->ranges[p]) {
+        if (!span->is_span) continue;
+        for (Block* b = span->first; b != nullptr; b = b->next) {
+          if (unmapped >= count || free_mapped_pages_[p] == 0) return;
+          if (b->state != BlockState::kFree) continue;
+          const auto [first, last] = whole_pages(*span, b->address, b->end());
+          if (first >= last || span->count_mapped(first, last) == 0) continue;
+          if (b->freed_at_fence > heaps->completed_fence) {
+            issue_fence(*heaps);
+            poll_fences(*heaps);
+            if (wait) wait_for_fence(*heaps, b->freed_at_fence);
+            if (b->freed_at_fence > heaps->completed_fence) continue;
+          }
+          std::vector<std::size_t> pages;
+          for_each_mapped(*span, first, last, [&](std::size_t page) {
+            if (pages.size() + unmapped < count && !exclusion.covers(span, page)) {
+              pages.push_back(page);
+            }
+          });
+          for (std::size_t page : pages) unmap_page(*span, page, /*was_free=*/true);
+          unmapped += pages.size();
         }
       }
-      if (page->freed_at_fence <= owner.completed_fence) {
-        unmap_one(*page);
-        ++unmapped;
-      }
-      page = next;
     }
   }
 
-  // Adds (+1) or removes (-1) the block's bytes from the pages it lies on; announces changes of
-  // partially used pages (the paged heap's inactive split) and pages becoming free.
+  // Adds (+1) or removes (-1) the block's bytes on its first and last page and announces the
+  // change of those pages' free bytes (the paged heap's inactive split: free bytes on pages that
+  // active blocks hold, which no page-sized request can use).
   void mark_pages(const Block& block, int direction) {
     AddressRange& span = *block.range;
-    const std::size_t first = (block.address - span.base) / page_bytes_;
-    const std::size_t last = (block.end() - 1 - span.base) / page_bytes_;
-    for (std::size_t i = first; i <= last; ++i) {
-      PageSlot& page = page_at(span, i);
-      const DevicePtr page_start = span.base + i * page_bytes_;
-      const std::size_t overlap = std::min(block.end(), page_start + page_bytes_) -
-                                  std::max(block.address, page_start);
-      const std::size_t old_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
-      if (direction > 0) {
-        if (page.in_lru) lru_remove(&page);
-        page.users++;
-        page.active_bytes += overlap;
-      } else {
-        page.users--;
-        page.active_bytes -= overlap;
-      }
-      const std::size_t new_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
-      if (old_fragment != new_fragment) {
-        if (old_fragment > 0) {
-          emit(EventKind::kInactiveSplitRemove, span.pool, span.owner->stream, page_start,
-               old_fragment);
-        }
-        if (new_fragment > 0) {
-          emit(EventKind::kInactiveSplitAdd, span.pool, span.owner->stream, page_start,
-               new_fragment);
-        }
-      }
-      if (page.users == 0 && page.mapped) {
-        page.freed_at_fence = span.owner->next_fence;
-        span.owner->page_freed_since_last_fence = true;
-        lru_push(&page);
-      }
-    }
+    const std::size_t first = page_of(span, block.address);
+    const std::size_t last = page_of(span, block.end() - 1);
+    mark_edge_page(span, block, first, direction);
+    if (last != first) mark_edge_page(span, block, last, direction);
   }
 
-  void lru_push(PageSlot* page) {
-    const int p = pool_index(page->span->pool);
-    page->lru_prev = lru_tail_[p];
-    page->lru_next = nullptr;
-    if (lru_tail_[p] != nullptr) {
-      lru_tail_[p]->lru_next = page;
+  void mark_edge_page(AddressRange& span, const Block& block, std::size_t index, int direction) {
+    PageUse& page = span.page_use[index];
+    const DevicePtr page_start = span.base + index * page_bytes_;
+    const std::size_t overlap =
+        std::min(block.end(), page_start + page_bytes_) - std::max(block.address, page_start);
+    const std::size_t old_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+    if (direction > 0) {
+      page.users++;
+      page.active_bytes += overlap;
     } else {
-      lru_head_[p] = page;
+      page.users--;
+      page.active_bytes -= overlap;
     }
-    lru_tail_[p] = page;
-    page->in_lru = true;
-    free_mapped_pages_[p]++;
-  }
-
-  void lru_remove(PageSlot* page) {
-    const int p = pool_index(page->span->pool);
-    if (page->lru_prev != nullptr) {
-      page->lru_prev->lru_next = page->lru_next;
-    } else {
-      lru_head_[p] = page->lru_next;
+    const std::size_t new_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+    if (old_fragment == new_fragment) return;
+    if (old_fragment > 0) {
+      emit(EventKind::kInactiveSplitRemove, span.pool, span.owner->stream, page_start,
+           old_fragment);
     }
-    if (page->lru_next != nullptr) {
-      page->lru_next->lru_prev = page->lru_prev;
-    } else {
-      lru_tail_[p] = page->lru_prev;
+    if (new_fragment > 0) {
+      emit(EventKind::kInactiveSplitAdd, span.pool, span.owner->stream, page_start, new_fragment);
     }
-    page->lru_prev = page->lru_next = nullptr;
-    page->in_lru = false;
-    free_mapped_pages_[p]--;
   }
 
   // ---------------------------------------------------------------- fences
@@ -764,9 +743,12 @@ class CachingAllocator::Impl {
 
   void complete_free(Block* block) {
     AddressRange& range = *block->range;
+    StreamHeaps& owner = *range.owner;
     if (range.is_span) mark_pages(*block, -1);
-    emit(EventKind::kFreeCompleted, range.pool, range.owner->stream, block->address, block->size,
+    emit(EventKind::kFreeCompleted, range.pool, owner.stream, block->address, block->size,
          block->requested, block->tag);
+    const DevicePtr freed_start = block->address;
+    const DevicePtr freed_end = block->end();
     block->state = BlockState::kFree;
     block->requested = 0;
     block->tag = kUntagged;
@@ -774,7 +756,7 @@ class CachingAllocator::Impl {
     block->pending_events = 0;
     range.active_blocks--;
 
-    FreeBlockIndex& index = range.owner->free[pool_index(range.pool)];
+    FreeBlockIndex& index = owner.free[pool_index(range.pool)];
     if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::kFree) {
       index.remove(prev);
       set_inactive_split(prev, false);
@@ -790,7 +772,17 @@ class CachingAllocator::Impl {
     }
     index.insert(block);
     refresh_inactive_split(block);
-    if (range.is_span && options_.max_free_mapped_bytes != SIZE_MAX) trim_free_mapped(range.pool);
+    if (!range.is_span) return;
+
+    // Pages the freed bytes touched that now lie wholly in free space.
+    const auto [whole_first, whole_last] = whole_pages(range, block->address, block->end());
+    const std::size_t lo = std::max(page_of(range, freed_start), whole_first);
+    const std::size_t hi = std::min(page_of(range, freed_end - 1) + 1, whole_last);
+    if (hi > lo) free_mapped_pages_[pool_index(range.pool)] += range.count_mapped(lo, hi);
+    // Work queued on the stream so far may still touch these bytes.
+    block->freed_at_fence = owner.next_fence;
+    owner.page_freed_since_last_fence = true;
+    if (options_.max_free_mapped_bytes != SIZE_MAX) trim_free_mapped(range.pool);
   }
 
   // Removes `block` from its range's list (its bytes were merged into a neighbour).
@@ -838,8 +830,9 @@ class CachingAllocator::Impl {
   // ---------------------------------------------------------------- giving memory back
 
   void release_cached_locked() {
-    for (auto& heaps : streams_) {
-      if (paged_) {
+    if (paged_) {
+      // One fence per stream covers every page freed so far; wait for all of them.
+      for (auto& heaps : streams_) {
         if (heaps->page_freed_since_last_fence || !heaps->outstanding_fences.empty()) {
           issue_fence(*heaps);
           wait_for_fence(*heaps, heaps->next_fence - 1);
@@ -850,15 +843,15 @@ class CachingAllocator::Impl {
       for (int p = 0; p < 2; ++p) release_idle_ranges(*heaps, p);
     }
     if (paged_) {
-      for (int p = 0; p < 2; ++p) {
-        while (lru_head_[p] != nullptr) unmap_one(*lru_head_[p]);
+      for (PoolKind pool : {PoolKind::kSmall, PoolKind::kLarge}) {
+        unmap_idle_pages(pool, SIZE_MAX, /*wait=*/true, PageExclusion{});
       }
     }
     trim_free_physical(0);
   }
 
   // Segment heap: returns fully free segments. Paged heap: unmaps the pages of spans with no
-  // active block (the span's address space stays reserved for reuse).
+  // active block, and with free_spans also gives their address space back.
   void release_idle_ranges(StreamHeaps& heaps, int p, bool free_spans = false) {
     auto& ranges = heaps.ranges[p];
     for (std::size_t i = 0; i < ranges.size();) {
@@ -868,9 +861,10 @@ class CachingAllocator::Impl {
         continue;
       }
       if (range->is_span) {
-        for (PageSlot& page : range->pages) {
-          if (page.mapped) unmap_one(page);
-        }
+        std::vector<std::size_t> pages;
+        for_each_mapped(*range, 0, range->mapped_bits.size() * 64,
+                        [&](std::size_t page) { pages.push_back(page); });
+        for (std::size_t page : pages) unmap_page(*range, page, /*was_free=*/true);
         if (!free_spans) {
           ++i;
           continue;
@@ -902,10 +896,9 @@ class CachingAllocator::Impl {
 
   void trim_free_mapped(PoolKind pool) {
     const int p = pool_index(pool);
-    if (free_mapped_pages_[p] * page_bytes_ <= options_.max_free_mapped_bytes) return;
-    const std::size_t excess =
-        free_mapped_pages_[p] - options_.max_free_mapped_bytes / page_bytes_;
-    unmap_idle_pages(pool, excess, /*wait=*/false);
+    const std::size_t keep = options_.max_free_mapped_bytes / page_bytes_;
+    if (free_mapped_pages_[p] <= keep) return;
+    unmap_idle_pages(pool, free_mapped_pages_[p] - keep, /*wait=*/false, PageExclusion{});
     trim_free_physical(options_.max_free_physical_bytes);
   }
 
@@ -923,29 +916,27 @@ class CachingAllocator::Impl {
     }
   }
 
-  // Best effort at destruction: the device may already be gone, so errors are ignored.
+  // Best effort at destruction: the device may already be gone, so errors are ignored. Ranges
+  // that still hold live blocks are left alone: their memory belongs to whoever holds them.
   void release_everything_at_exit() noexcept {
     (void)backend_.synchronize_device();
     for (auto& heaps : streams_) {
       for (int p = 0; p < 2; ++p) {
         for (AddressRange* range : heaps->ranges[p]) {
-          const bool idle = range->active_blocks == 0;
-          if (range->is_span) {
-            std::size_t still_mapped = 0;
-            for (PageSlot& page : range->pages) {
-              if (!page.mapped) continue;
-              if (page.users == 0 &&
-                  backend_.unmap_pages(page_address(page), page_bytes_, 1).is_ok()) {
-                (void)backend_.release_physical(page.handle);
-              } else {
-                ++still_mapped;
-              }
+          if (range->active_blocks == 0) {
+            if (range->is_span) {
+              bool all_unmapped = true;
+              for_each_mapped(*range, 0, range->mapped_bits.size() * 64, [&](std::size_t page) {
+                if (backend_.unmap_pages(range->base + page * page_bytes_, page_bytes_, 1)) {
+                  (void)backend_.release_physical(range->page_handle[page]);
+                } else {
+                  all_unmapped = false;
+                }
+              });
+              if (all_unmapped) (void)backend_.free_address_range(range->base, range->size);
+            } else {
+              (void)backend_.free_segment(range->base, range->size, heaps->stream);
             }
-            if (idle && still_mapped == 0) {
-              (void)backend_.free_address_range(range->base, range->size);
-            }
-          } else if (idle) {
-            (void)backend_.free_segment(range->base, range->size, heaps->stream);
           }
           for (Block* b = range->first; b != nullptr;) {
             Block* next = b->next;
@@ -1021,17 +1012,27 @@ class CachingAllocator::Impl {
     return text;
   }
 
-  std::size_t mapped_bytes_of(const AddressRange& range, DevicePtr address, std::size_t size) const {
-    if (!range.is_span) return size;
-    std::size_t mapped = 0;
-    const std::size_t first = (address - range.base) / page_bytes_;
-    const std::size_t last = (address + size - 1 - range.base) / page_bytes_;
-    for (std::size_t i = first; i <= last && i < range.pages.size(); ++i) {
-      if (!range.pages[i].mapped) continue;
-      const DevicePtr page_start = range.base + i * page_bytes_;
-      mapped += std::min(address + size, page_start + page_bytes_) - std::max(address, page_start);
-    }
-    return mapped;
+  // Bytes of [address, address + size) with memory behind them, and the longest such run.
+  std::pair<std::size_t, std::size_t> backed_bytes(const AddressRange& range, DevicePtr address,
+                                                   std::size_t size) const {
+    if (!range.is_span) return {size, size};
+    std::size_t total = 0;
+    std::size_t longest = 0;
+    std::size_t run = 0;
+    std::size_t previous_page = SIZE_MAX;
+    const DevicePtr end = address + size;
+    for_each_mapped(range, page_of(range, address), page_of(range, end - 1) + 1,
+                    [&](std::size_t page) {
+                      const DevicePtr page_start = range.base + page * page_bytes_;
+                      const std::size_t overlap = std::min(end, page_start + page_bytes_) -
+                                                  std::max(address, page_start);
+                      total += overlap;
+                      run = (previous_page != SIZE_MAX && page == previous_page + 1) ? run + overlap
+                                                                                     : overlap;
+                      longest = std::max(longest, run);
+                      previous_page = page;
+                    });
+    return {total, longest};
   }
 
   std::size_t count_free_blocks(const StreamHeaps& heaps, int p) const {
@@ -1045,19 +1046,16 @@ class CachingAllocator::Impl {
   }
 
   // Adds one range's blocks to the census, checking the range's own invariants on the way.
-  void count_range(const AddressRange& range, BlockCensus::PerPool& out,
-                   std::size_t& live_seen) const {
+  // Returns the number of free mapped pages found in it.
+  std::size_t count_range(const AddressRange& range, BlockCensus::PerPool& out,
+                          std::size_t& live_seen) const {
     auto fail = [&](const std::string& what) {
       throw Error(ErrorCode::kInternal, "range at " + format_pointer(range.base) + ": " + what);
     };
-    std::vector<std::size_t> page_active;
-    std::vector<std::uint32_t> page_users;
-    if (range.is_span) {
-      page_active.assign(range.pages.size(), 0);
-      page_users.assign(range.pages.size(), 0);
-    }
+    std::vector<PageUse> recount(range.page_use.size());
     DevicePtr cursor = range.base;
     std::size_t active_blocks = 0;
+    std::size_t free_mapped = 0;
     const Block* prev = nullptr;
     for (const Block* b = range.first; b != nullptr; prev = b, b = b->next) {
       if (b->address != cursor || b->prev != prev || b->range != &range || b->size == 0) {
@@ -1078,31 +1076,31 @@ class CachingAllocator::Impl {
         out.active_bytes += static_cast<std::int64_t>(b->size);
         out.requested_bytes += static_cast<std::int64_t>(b->requested);
         if (range.is_span) {
-          const std::size_t first = (b->address - range.base) / page_bytes_;
-          const std::size_t last = (b->end() - 1 - range.base) / page_bytes_;
-          for (std::size_t i = first; i <= last; ++i) {
-            if (i >= range.pages.size() || !range.pages[i].mapped) {
-              fail("an active block lies on an unmapped page");
-            }
+          const std::size_t first = page_of(range, b->address);
+          const std::size_t last = page_of(range, b->end() - 1);
+          if (range.count_mapped(first, last + 1) != last - first + 1) {
+            fail("an active block lies on an unmapped page");
+          }
+          for (std::size_t i : {first, last}) {
             const DevicePtr page_start = range.base + i * page_bytes_;
-            page_active[i] += std::min(b->end(), page_start + page_bytes_) -
-                              std::max(b->address, page_start);
-            page_users[i]++;
+            recount[i].users++;
+            recount[i].active_bytes += std::min(b->end(), page_start + page_bytes_) -
+                                       std::max(b->address, page_start);
+            if (first == last) break;
           }
         }
-      } else {
-        const auto backed = static_cast<std::int64_t>(mapped_bytes_of(range, b->address, b->size));
-        out.free_bytes += backed;
-        if (!range.is_span) {
-          out.largest_free_block = std::max(out.largest_free_block, backed);
-          if (b->prev != nullptr || b->next != nullptr) {
-            out.inactive_split++;
-            out.inactive_split_bytes += static_cast<std::int64_t>(b->size);
-          }
-        } else {
-          out.largest_free_block =
-              std::max(out.largest_free_block, largest_mapped_run(range, b->address, b->size));
-        }
+        continue;
+      }
+      const auto [backed, longest] = backed_bytes(range, b->address, b->size);
+      out.free_bytes += static_cast<std::int64_t>(backed);
+      out.largest_free_block = std::max(out.largest_free_block, static_cast<std::int64_t>(longest));
+      if (!range.is_span && (b->prev != nullptr || b->next != nullptr)) {
+        out.inactive_split++;
+        out.inactive_split_bytes += static_cast<std::int64_t>(b->size);
+      }
+      if (range.is_span) {
+        const auto [first, last] = whole_pages(range, b->address, b->end());
+        free_mapped += range.count_mapped(first, last);
       }
     }
     if (cursor != range.end()) fail("blocks do not cover the whole range");
@@ -1110,47 +1108,24 @@ class CachingAllocator::Impl {
     if (!range.is_span) {
       out.segment++;
       out.reserved_bytes += static_cast<std::int64_t>(range.size);
-      return;
+      return 0;
     }
     out.virtual_bytes += static_cast<std::int64_t>(range.size);
-    std::size_t mapped = 0;
-    for (std::size_t i = 0; i < range.pages.size(); ++i) {
-      const PageSlot& page = range.pages[i];
-      if (page.users != page_users[i] || page.active_bytes != page_active[i]) {
+    for (std::size_t i = 0; i < recount.size(); ++i) {
+      const PageUse& page = range.page_use[i];
+      if (page.users != recount[i].users || page.active_bytes != recount[i].active_bytes) {
         fail("page " + std::to_string(i) + " usage is stale");
       }
-      if (page.mapped) ++mapped;
-      if (page.in_lru != (page.mapped && page.users == 0)) {
-        fail("page " + std::to_string(i) + " free-list membership is wrong");
-      }
-      if (page_users[i] > 0 && page_active[i] < page_bytes_) {
+      if (page.users > 0 && page.active_bytes < page_bytes_) {
         out.inactive_split++;
-        out.inactive_split_bytes += static_cast<std::int64_t>(page_bytes_ - page_active[i]);
+        out.inactive_split_bytes += static_cast<std::int64_t>(page_bytes_ - page.active_bytes);
       }
     }
+    const std::size_t mapped = range.count_mapped(0, range.mapped_bits.size() * 64);
     if (mapped != range.mapped_pages) fail("mapped page count is stale");
     out.mapped_bytes += static_cast<std::int64_t>(mapped * page_bytes_);
     out.reserved_bytes += static_cast<std::int64_t>(mapped * page_bytes_);
-  }
-
-  // Largest run of a free block's bytes that have memory behind them.
-  std::int64_t largest_mapped_run(const AddressRange& range, DevicePtr address,
-                                  std::size_t size) const {
-    std::size_t best = 0;
-    std::size_t run = 0;
-    const std::size_t first = (address - range.base) / page_bytes_;
-    const std::size_t last = (address + size - 1 - range.base) / page_bytes_;
-    for (std::size_t i = first; i <= last; ++i) {
-      if (i >= range.pages.size()) break;
-      if (!range.pages[i].mapped) {
-        run = 0;
-        continue;
-      }
-      const DevicePtr page_start = range.base + i * page_bytes_;
-      run += std::min(address + size, page_start + page_bytes_) - std::max(address, page_start);
-      best = std::max(best, run);
-    }
-    return static_cast<std::int64_t>(best);
+    return free_mapped;
   }
 
   // ---------------------------------------------------------------- state
@@ -1172,11 +1147,8 @@ class CachingAllocator::Impl {
   std::vector<PendingEvent> pending_;
   std::vector<EventHandle> spare_events_;
 
-  PageSlot* lru_head_[2] = {nullptr, nullptr};
-  PageSlot* lru_tail_[2] = {nullptr, nullptr};
-  std::size_t free_mapped_pages_[2] = {0, 0};
-  std::vector<PhysicalHandle> free_physical_[2];
-  std::vector<std::size_t> scratch_indices_;
+  std::size_t free_mapped_pages_[2] = {0, 0};  // mapped pages wholly inside free blocks
+  std::vector<PhysicalHandle> free_physical_[2];   // created, unmapped, ready to map
 };
 
 // -------------------------------------------------------------------- public facade
