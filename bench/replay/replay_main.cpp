@@ -1,0 +1,151 @@
+// vramledger-replay: replays workload traces against allocator policies on the simulated device
+// and prints, per trace and policy, peak reserved against peak requested — next to what the
+// recording allocator (e.g. PyTorch's own) reserved in the real run.
+//
+//   vramledger-replay bench/traces/corpus/*.vlt.gz
+//   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "accounting/consistency.hpp"
+#include "accounting/ledger.hpp"
+#include "accounting/text_report.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/config.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "bench/replay/replayer.hpp"
+#include "bench/replay/workload_trace.hpp"
+
+namespace vramledger {
+namespace {
+
+struct Options {
+  std::vector<std::string> traces;
+  std::vector<std::string> confs;
+  double capacity_gib = 143771.0 / 1024.0;  // an H200
+  bool report = false;
+  bool check = false;
+};
+
+std::string policy_name(const Config& config, bool vmm) {
+  const bool paged = vmm && config.options.use_paged_heap;
+  std::string name = paged ? "vramledger paged (VMM)" : "vramledger segments";
+  return name;
+}
+
+std::string trace_name(const std::string& path) {
+  std::string name = path.substr(path.find_last_of('/') + 1);
+  for (const char* suffix : {".gz", ".vlt"}) {
+    const std::string s = suffix;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+      name.resize(name.size() - s.size());
+    }
+  }
+  return name;
+}
+
+double metadata_number(const WorkloadTrace& trace, const std::string& key) {
+  auto it = trace.metadata.find(key);
+  if (it == trace.metadata.end()) return 0;
+  try {
+    return std::stod(it->second);
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+int run(const Options& options) {
+  std::vector<Config> configs;
+  for (const std::string& text : options.confs) configs.push_back(parse_config(text));
+  std::printf("%-20s %-24s %14s %14s %7s %7s %9s %9s %8s\n", "trace", "policy", "peak requested",
+              "peak reserved", "ratio", "gmlake", "dev.alloc", "map+unmap", "seconds");
+  int failures = 0;
+  for (const std::string& path : options.traces) {
+    const WorkloadTrace trace = read_workload_trace(path);
+    const std::string name = trace_name(path);
+    const double torch_reserved = metadata_number(trace, "torch_peak_reserved_bytes");
+    const double torch_requested = metadata_number(trace, "torch_peak_requested_bytes");
+    if (torch_reserved > 0 && torch_requested > 0) {
+      std::printf("%-20s %-24s %14.0f %14.0f %7.4f %7s %9s %9s %8s\n", name.c_str(),
+                  "recorded run (torch)", torch_requested, torch_reserved,
+                  torch_reserved / torch_requested, "", "", "", "");
+    }
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const Config& config = configs[i];
+      if (config.backend != "auto" && config.backend != "simulated") {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "vramledger-replay runs on the simulated device; backend '" + config.backend +
+                        "' needs the GPU replay (scripts/gpu_suite.sh)");
+      }
+      SimulatedDeviceOptions device_options;
+      device_options.capacity_bytes = static_cast<std::size_t>(options.capacity_gib * (1 << 30));
+      SimulatedDevice device(device_options);
+      Ledger ledger;
+      CachingAllocator allocator(device, &ledger, config.options);
+      std::vector<StreamHandle> streams{0};
+      const ReplayResult result = replay_workload(trace, allocator, ledger, [&](std::uint32_t k) {
+        while (streams.size() <= k) streams.push_back(device.create_stream());
+        return streams[k];
+      });
+      std::printf("%-20s %-24s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
+                  policy_name(config, device.info().supports_virtual_memory).c_str(),
+                  static_cast<long long>(result.peak_requested_bytes),
+                  static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
+                  result.gmlake_ratio, static_cast<unsigned long long>(result.device_allocations),
+                  static_cast<unsigned long long>(result.maps + result.unmaps), result.seconds,
+                  result.out_of_memory ? "  (some requests did not fit)" : "");
+      if (static_cast<std::size_t>(result.peak_requested_bytes) != trace.peak_requested_bytes &&
+          result.out_of_memory == 0) {
+        std::fprintf(stderr, "%s: ledger peak requested %lld differs from the trace's %zu\n",
+                     name.c_str(), static_cast<long long>(result.peak_requested_bytes),
+                     trace.peak_requested_bytes);
+        ++failures;
+      }
+      const BlockCensus census = allocator.census();
+      if (options.check) {
+        const ConsistencyReport consistency = check_consistency(ledger, census);
+        if (!consistency.ok()) {
+          std::fprintf(stderr, "%s: ledger and allocator disagree\n", name.c_str());
+          ++failures;
+        }
+      }
+      if (options.report && i + 1 == configs.size()) {
+        std::printf("\nAccount after replaying %s (%s), everything freed, cache kept:\n%s\n",
+                    name.c_str(), policy_name(config, true).c_str(),
+                    text_report(ledger, census).c_str());
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace vramledger
+
+int main(int argc, char** argv) {
+  vramledger::Options options;
+  CLI::App app{"Replays vramledger workload traces on the simulated device."};
+  app.add_option("traces", options.traces, "workload traces (.vlt or .vlt.gz)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--conf", options.confs,
+                 "allocator configuration string, repeatable (default: paged heap and segment "
+                 "heap)");
+  app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--report", options.report, "print the ledger's account after each trace");
+  app.add_flag("--check", options.check, "check the ledger against a recount after each replay");
+  CLI11_PARSE(app, argc, argv);
+  if (options.confs.empty()) options.confs = {"", "paged_heap:false"};
+  try {
+    return vramledger::run(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "vramledger-replay: %s\n", error.what());
+    return 2;
+  }
+}

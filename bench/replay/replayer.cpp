@@ -1,0 +1,72 @@
+#include "bench/replay/replayer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace vramledger {
+
+ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
+                             const Ledger& ledger,
+                             const std::function<StreamHandle(std::uint32_t)>& stream_for) {
+  std::vector<StreamHandle> streams(trace.stream_handles.size());
+  for (std::uint32_t i = 0; i < streams.size(); ++i) streams[i] = stream_for(i);
+  std::vector<DevicePtr> pointers(trace.max_id + 1, 0);
+  ReplayResult result;
+  // The instant reserved peaks, active memory at that instant (GMLake's "at peak" figure).
+  std::int64_t peak_reserved_seen = -1;
+  auto observe = [&] {
+    const PoolCounters& all = ledger.counters().pools[stat_pool_index(StatPool::kAggregate)];
+    if (all.reserved_bytes.current > peak_reserved_seen) {
+      peak_reserved_seen = all.reserved_bytes.current;
+      result.active_at_peak_reserved = all.active_bytes.current;
+    }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (const WorkloadOp& op : trace.ops) {
+    switch (op.kind) {
+      case WorkloadOp::Kind::kAlloc:
+        try {
+          pointers[op.id] = allocator.allocate(op.bytes, streams[op.stream]);
+          ++result.allocations;
+          observe();
+        } catch (const OutOfMemoryError&) {
+          ++result.out_of_memory;
+        }
+        break;
+      case WorkloadOp::Kind::kFree:
+      case WorkloadOp::Kind::kFreeCompleted:
+        if (pointers[op.id] != 0) allocator.deallocate(pointers[op.id]);
+        pointers[op.id] = 0;
+        break;
+      case WorkloadOp::Kind::kFreeRequested:
+        // Other streams still use it: its memory stays taken until the completion record.
+        break;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.operations = trace.ops.size();
+  for (DevicePtr p : pointers) {
+    if (p != 0) allocator.deallocate(p);
+  }
+  const LedgerCounters counters = ledger.counters();
+  const PoolCounters& all = counters.pools[stat_pool_index(StatPool::kAggregate)];
+  result.peak_reserved_bytes = all.reserved_bytes.peak;
+  result.peak_requested_bytes = all.requested_bytes.peak;
+  result.peak_active_bytes = all.active_bytes.peak;
+  if (result.peak_requested_bytes > 0) {
+    result.overhead_ratio = static_cast<double>(result.peak_reserved_bytes) /
+                            static_cast<double>(result.peak_requested_bytes);
+  }
+  if (result.peak_reserved_bytes > 0) {
+    result.gmlake_ratio = 1.0 - static_cast<double>(result.peak_active_bytes) /
+                                    static_cast<double>(result.peak_reserved_bytes);
+  }
+  result.device_allocations = static_cast<std::uint64_t>(counters.num_device_alloc);
+  result.device_frees = static_cast<std::uint64_t>(counters.num_device_free);
+  result.maps = static_cast<std::uint64_t>(counters.num_maps);
+  result.unmaps = static_cast<std::uint64_t>(counters.num_unmaps);
+  return result;
+}
+
+}  // namespace vramledger

@@ -1,0 +1,38 @@
+// Replays a workload trace against one CachingAllocator and reports what it cost.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "bench/replay/workload_trace.hpp"
+
+namespace vramledger {
+
+struct ReplayResult {
+  std::size_t operations = 0;
+  std::size_t allocations = 0;
+  std::size_t out_of_memory = 0;          // requests the allocator refused (skipped)
+  std::int64_t peak_reserved_bytes = 0;   // physical memory held, at its peak
+  std::int64_t peak_requested_bytes = 0;  // torch's requested_bytes peak
+  std::int64_t peak_active_bytes = 0;
+  std::int64_t active_at_peak_reserved = 0;
+  double overhead_ratio = 0;              // peak reserved / peak requested
+  double gmlake_ratio = 0;                // 1 - peak active / peak reserved
+  std::uint64_t device_allocations = 0;   // segments and physical pages created
+  std::uint64_t device_frees = 0;
+  std::uint64_t maps = 0;
+  std::uint64_t unmaps = 0;
+  double seconds = 0;                     // wall time of the replay loop
+};
+
+// `stream_for(index)` gives the backend stream standing for the trace's stream `index`.
+// Allocations still live at the end of the trace are freed afterwards (not counted in time).
+ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
+                             const Ledger& ledger,
+                             const std::function<StreamHandle(std::uint32_t)>& stream_for);
+
+}  // namespace vramledger
