@@ -9,8 +9,10 @@ namespace vramledger {
 struct AllocatorOptions {
   // Requests are rounded up to a multiple of this (bytes, power of two).
   std::size_t round_bytes = 512;
-  // Requests of at most this many bytes come from the small pool.
-  std::size_t small_size_limit = 1u << 20;
+  // Requests of at most this many bytes come from the small pool. 0 picks the heap's default:
+  // 1 MiB for the segment heap (PyTorch's), 64 KiB for the paged heap, where pages are shared by
+  // neighbours anyway and a low limit measured best on the trace corpus (bench/results/).
+  std::size_t small_size_limit = 0;
   // Segment heap: segment sizes for small requests and the minimum for large ones; large requests
   // above large_segment_bytes get a segment rounded to round_large_segment_bytes.
   std::size_t small_segment_bytes = 2u << 20;

@@ -78,6 +78,9 @@ class CachingAllocator::Impl {
     }
     const BackendInfo& info = backend_.info();
     paged_ = options_.use_paged_heap && info.supports_virtual_memory;
+    if (options_.small_size_limit == 0) {
+      options_.small_size_limit = paged_ ? std::size_t{64} << 10 : std::size_t{1} << 20;
+    }
     if (paged_) {
       const std::size_t granularity = std::max<std::size_t>(info.granularity, 1);
       page_bytes_ = options_.page_bytes == 0 ? granularity : options_.page_bytes;

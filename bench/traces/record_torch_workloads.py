@@ -124,7 +124,7 @@ def t5_train(steps: int) -> None:
 
     rng = _seed()
     config = T5Config(num_layers=6, num_decoder_layers=6, d_model=512, d_ff=2048, num_heads=8,
-                      vocab_size=32128)
+                      vocab_size=32128, decoder_start_token_id=0, pad_token_id=0)
     model = T5ForConditionalGeneration(config).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(steps):
@@ -245,6 +245,8 @@ def main() -> int:
     parser.add_argument("--only", action="append", choices=sorted(WORKLOADS))
     parser.add_argument("--alloc-conf", action="append", default=None,
                         help="also run under these PYTORCH_CUDA_ALLOC_CONF values (figures only)")
+    parser.add_argument("--no-native", action="store_true",
+                        help="skip the run under PyTorch's default allocator (and its trace)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -252,7 +254,7 @@ def main() -> int:
         run_one(args.child, args.out)
         return 0
     failures = 0
-    confs = [""] + (args.alloc_conf or [])
+    confs = ([] if args.no_native else [""]) + (args.alloc_conf or [])
     for name in args.only or list(WORKLOADS):
         for conf in confs:
             env = dict(os.environ)
