@@ -202,14 +202,19 @@ def run_one(name: str, out_dir: Path) -> None:
     import torch
 
     func, steps = WORKLOADS[name]
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
-                                             max_entries=5_000_000)
+    # Only runs under the default allocator are traced (cudaMallocAsync cannot record history;
+    # the others need only their figures).
+    tracing = not os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if tracing:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=5_000_000)
     start = time.time()
     func(steps)
     torch.cuda.synchronize()
     seconds = time.time() - start
-    snapshot = torch.cuda.memory._snapshot()
-    torch.cuda.memory._record_memory_history(enabled=None)
+    snapshot = torch.cuda.memory._snapshot() if tracing else None
+    if tracing:
+        torch.cuda.memory._record_memory_history(enabled=None)
     stats = torch.cuda.memory_stats()
     figures = {
         "workload": name,
@@ -225,7 +230,7 @@ def run_one(name: str, out_dir: Path) -> None:
     }
     figures["overhead_ratio"] = figures["peak_reserved_bytes"] / figures["peak_requested_bytes"]
     tag = name if not figures["alloc_conf"] else name + "." + _conf_tag(figures["alloc_conf"])
-    if not figures["alloc_conf"]:
+    if tracing:
         summary = converter.write_workload(snapshot, out_dir / f"{name}.vlt.gz",
                                            source=f"torch {torch.__version__} {name}",
                                            torch_figures=figures)
