@@ -1,0 +1,48 @@
+// Allocator configuration from a PYTORCH_CUDA_ALLOC_CONF-style string.
+//
+// Syntax: comma-separated `key:value` pairs; whitespace around keys, values and commas is
+// ignored; an empty (or blank) string means all defaults. Each key may appear once.
+//
+//   backend               auto | simulated | cuda_malloc | vmm | malloc_async
+//   round_bytes           request rounding in bytes; a power of two
+//   small_size_limit_kb   largest small-pool request, KiB (0 = every request uses the large pool)
+//   small_segment_mb      small-pool segment size, MiB (> 0, and >= small_size_limit_kb)
+//   large_segment_mb      minimum large-pool segment size, MiB (> 0)
+//   max_split_mb          cached blocks larger than a request by more than this are not split,
+//                         MiB (0 = always split)
+//   page_mb               paged heap page size, MiB (0 = the backend's granularity)
+//   span_gb               paged heap span size, GiB (0 = twice the device memory)
+//   max_free_mapped_mb    free mapped pages kept, MiB, or `unlimited` (0 = unmap at once)
+//   max_free_physical_mb  free physical pages kept, MiB, or `unlimited` (0 = release at once)
+//   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
+//   paged_heap            true | false (case-insensitive)
+//
+// Units are binary: KiB = 2^10, MiB = 2^20, GiB = 2^30 bytes. Numbers are unsigned decimal
+// integers. AllocatorOptions fields without a key keep their defaults.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "allocator/allocator_options.hpp"
+
+namespace vramledger {
+
+struct Config {
+  std::string backend = "auto";
+  AllocatorOptions options;
+};
+
+// Throws Error(ErrorCode::kInvalidArgument) naming the offending key and value for unknown or
+// duplicate keys, missing values, values that are not (non-negative, in-range) numbers, a
+// round_bytes that is not a power of two, 0 where 0 means nothing, and unknown backends.
+Config parse_config(std::string_view text);
+
+// Every key, in the order of the table above, e.g. "backend:auto,round_bytes:512,...".
+// parse_config(to_string(c)) reproduces c. Throws Error(kInvalidArgument) when c holds a value
+// the syntax cannot express (not a whole number of the key's unit, one parse_config would
+// reject, or a non-default field that has no key), rather than writing a string that would not
+// round-trip.
+std::string to_string(const Config& config);
+
+}  // namespace vramledger

@@ -1,0 +1,280 @@
+#include "allocator/simulated/simulated_device.hpp"
+
+#include <numeric>
+#include <string>
+
+namespace vramledger {
+
+namespace {
+
+BackendInfo make_info(const SimulatedDeviceOptions& options) {
+  BackendInfo info;
+  info.name = "simulated";
+  info.device = options.device;
+  info.total_bytes = options.capacity_bytes;
+  // BackendInfo::granularity is the VMM page size, or without VMM the segment rounding.
+  info.granularity =
+      options.supports_virtual_memory ? options.granularity : options.segment_rounding;
+  info.supports_virtual_memory = options.supports_virtual_memory;
+  info.stream_ordered_segments = false;
+  return info;
+}
+
+std::size_t index_of(SimOp op) {
+  const auto index = static_cast<std::size_t>(op);
+  if (index >= kSimOpCount) {
+    throw Error(ErrorCode::kInvalidArgument, "SimOp::kCount is not an operation");
+  }
+  return index;
+}
+
+}  // namespace
+
+SimulatedDevice::SimulatedDevice(SimulatedDeviceOptions options)
+    : options_(options), info_(make_info(options)), memory_(options) {}
+
+SimulatedDevice::~SimulatedDevice() = default;
+
+Status SimulatedDevice::begin_call(SimOp op) {
+  const std::size_t index = static_cast<std::size_t>(op);
+  ++call_counts_[index];
+  const ErrorCode injected = faults_.on_call(op);
+  if (injected == ErrorCode::kOk) return Status::ok();
+  return {injected, "injected failure of " + std::string(to_string(op)) + " (call #" +
+                        std::to_string(call_counts_[index]) +
+                        "); the simulated device changed nothing"};
+}
+
+Status SimulatedDevice::vmm_not_supported(SimOp op) const {
+  return {ErrorCode::kNotSupported,
+          std::string(to_string(op)) +
+              ": this simulated device was configured without virtual memory management"};
+}
+
+// --- DeviceBackend: memory ---
+
+Status SimulatedDevice::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kMemoryInfo); !status) return status;
+  *free_bytes = memory_.capacity_bytes() - memory_.physical_bytes_in_use();
+  *total_bytes = memory_.capacity_bytes();
+  return Status::ok();
+}
+
+Status SimulatedDevice::allocate_segment(std::size_t bytes, StreamHandle stream, DevicePtr* out) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kAllocateSegment); !status) return status;
+  if (Status status = timeline_.check_live(stream, "allocate_segment"); !status) return status;
+  return memory_.allocate_segment(bytes, out);
+}
+
+Status SimulatedDevice::free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle /*stream*/) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kFreeSegment); !status) return status;
+  return memory_.free_segment(ptr, bytes);
+}
+
+Status SimulatedDevice::create_physical(std::size_t bytes, PhysicalHandle* out) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kCreatePhysical); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kCreatePhysical);
+  return memory_.create_physical(bytes, out);
+}
+
+Status SimulatedDevice::release_physical(PhysicalHandle handle) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kReleasePhysical); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kReleasePhysical);
+  return memory_.release_physical(handle);
+}
+
+Status SimulatedDevice::reserve_address_range(std::size_t bytes, DevicePtr* out) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kReserveAddress); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kReserveAddress);
+  return memory_.reserve_address_range(bytes, out);
+}
+
+Status SimulatedDevice::free_address_range(DevicePtr base, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kFreeAddress); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kFreeAddress);
+  return memory_.free_address_range(base, bytes);
+}
+
+Status SimulatedDevice::map_pages(DevicePtr va, std::size_t page_bytes,
+                                  std::span<const PhysicalHandle> handles) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kMapPages); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kMapPages);
+  return memory_.map_pages(va, page_bytes, handles);
+}
+
+Status SimulatedDevice::unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kUnmapPages); !status) return status;
+  if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kUnmapPages);
+  return memory_.unmap_pages(va, page_bytes, count);
+}
+
+// --- DeviceBackend: events ---
+
+Status SimulatedDevice::create_event(EventHandle* out) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kCreateEvent); !status) return status;
+  *out = timeline_.create_event();
+  return Status::ok();
+}
+
+Status SimulatedDevice::destroy_event(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kDestroyEvent); !status) return status;
+  return timeline_.destroy_event(event);
+}
+
+Status SimulatedDevice::record_event(EventHandle event, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kRecordEvent); !status) return status;
+  return timeline_.record_event(event, stream);
+}
+
+Status SimulatedDevice::query_event(EventHandle event, EventState* state) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kQueryEvent); !status) return status;
+  return timeline_.query_event(event, state);
+}
+
+Status SimulatedDevice::synchronize_event(EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kSynchronizeEvent); !status) return status;
+  return timeline_.synchronize_event(event);
+}
+
+Status SimulatedDevice::stream_wait_event(StreamHandle stream, EventHandle event) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kStreamWaitEvent); !status) return status;
+  return timeline_.stream_wait_event(stream, event);
+}
+
+Status SimulatedDevice::synchronize_device() {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kSynchronizeDevice); !status) return status;
+  timeline_.synchronize_device();
+  return Status::ok();
+}
+
+// --- Streams ---
+
+StreamHandle SimulatedDevice::create_stream() {
+  std::lock_guard lock(mutex_);
+  return timeline_.create_stream();
+}
+
+Status SimulatedDevice::destroy_stream(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  return timeline_.destroy_stream(stream);
+}
+
+Status SimulatedDevice::pause_stream(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  return timeline_.pause_stream(stream);
+}
+
+Status SimulatedDevice::resume_stream(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  return timeline_.resume_stream(stream);
+}
+
+bool SimulatedDevice::is_stream_live(StreamHandle stream) const {
+  std::lock_guard lock(mutex_);
+  return timeline_.is_live(stream);
+}
+
+// --- Queries ---
+
+std::size_t SimulatedDevice::physical_bytes_in_use() const {
+  std::lock_guard lock(mutex_);
+  return memory_.physical_bytes_in_use();
+}
+
+bool SimulatedDevice::is_range_accessible(DevicePtr ptr, std::size_t bytes) const {
+  std::lock_guard lock(mutex_);
+  return memory_.is_range_accessible(ptr, bytes);
+}
+
+std::size_t SimulatedDevice::mapped_bytes() const {
+  std::lock_guard lock(mutex_);
+  return memory_.mapped_bytes();
+}
+
+std::size_t SimulatedDevice::reserved_address_bytes() const {
+  std::lock_guard lock(mutex_);
+  return memory_.reserved_address_bytes();
+}
+
+std::size_t SimulatedDevice::live_segment_count() const {
+  std::lock_guard lock(mutex_);
+  return memory_.segment_count();
+}
+
+std::size_t SimulatedDevice::live_physical_handle_count() const {
+  std::lock_guard lock(mutex_);
+  return memory_.physical_handle_count();
+}
+
+std::size_t SimulatedDevice::live_address_range_count() const {
+  std::lock_guard lock(mutex_);
+  return memory_.address_range_count();
+}
+
+std::size_t SimulatedDevice::live_event_count() const {
+  std::lock_guard lock(mutex_);
+  return timeline_.live_event_count();
+}
+
+std::size_t SimulatedDevice::live_stream_count() const {
+  std::lock_guard lock(mutex_);
+  return timeline_.live_stream_count();
+}
+
+// --- Counters and faults ---
+
+std::uint64_t SimulatedDevice::call_count(SimOp op) const {
+  const std::size_t index = index_of(op);
+  std::lock_guard lock(mutex_);
+  return call_counts_[index];
+}
+
+std::uint64_t SimulatedDevice::total_call_count() const {
+  std::lock_guard lock(mutex_);
+  return std::accumulate(call_counts_.begin(), call_counts_.end(), std::uint64_t{0});
+}
+
+void SimulatedDevice::reset_call_counts() {
+  std::lock_guard lock(mutex_);
+  call_counts_.fill(0);
+  faults_.reset_injected_counts();
+}
+
+void SimulatedDevice::inject_failure_at(SimOp op, std::uint64_t nth_call_from_now, ErrorCode code) {
+  std::lock_guard lock(mutex_);
+  faults_.fail_at(op, nth_call_from_now, code);
+}
+
+void SimulatedDevice::inject_failure_rate(SimOp op, double fraction, std::uint64_t seed,
+                                          ErrorCode code) {
+  std::lock_guard lock(mutex_);
+  faults_.fail_at_rate(op, fraction, seed, code);
+}
+
+void SimulatedDevice::clear_faults() {
+  std::lock_guard lock(mutex_);
+  faults_.clear();
+}
+
+std::uint64_t SimulatedDevice::injected_failure_count(SimOp op) const {
+  std::lock_guard lock(mutex_);
+  return faults_.injected_count(op);
+}
+
+}  // namespace vramledger

@@ -1,0 +1,287 @@
+// The PYTORCH_CUDA_ALLOC_CONF-style configuration parser: every key, every error, round trips.
+#include "allocator/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "allocator/errors.hpp"
+
+namespace vramledger {
+namespace {
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
+
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.backend, b.backend);
+  EXPECT_EQ(a.options.round_bytes, b.options.round_bytes);
+  EXPECT_EQ(a.options.small_size_limit, b.options.small_size_limit);
+  EXPECT_EQ(a.options.small_segment_bytes, b.options.small_segment_bytes);
+  EXPECT_EQ(a.options.large_segment_bytes, b.options.large_segment_bytes);
+  EXPECT_EQ(a.options.round_large_segment_bytes, b.options.round_large_segment_bytes);
+  EXPECT_EQ(a.options.max_split_bytes, b.options.max_split_bytes);
+  EXPECT_EQ(a.options.page_bytes, b.options.page_bytes);
+  EXPECT_EQ(a.options.span_bytes, b.options.span_bytes);
+  EXPECT_EQ(a.options.max_free_mapped_bytes, b.options.max_free_mapped_bytes);
+  EXPECT_EQ(a.options.max_free_physical_bytes, b.options.max_free_physical_bytes);
+  EXPECT_EQ(a.options.cap_bytes, b.options.cap_bytes);
+  EXPECT_EQ(a.options.use_paged_heap, b.options.use_paged_heap);
+}
+
+// Parsing `text` fails with kInvalidArgument and a message holding every one of `parts`.
+void expect_error(const std::string& text, const std::vector<std::string>& parts) {
+  try {
+    (void)parse_config(text);
+    ADD_FAILURE() << "parse_config accepted '" << text << "'";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << text;
+    const std::string message = error.what();
+    for (const std::string& part : parts) {
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "'" << text << "' gave: " << message << "\n(expected to mention '" << part << "')";
+    }
+  }
+}
+
+TEST(ConfigParse, EmptyOrBlankMeansDefaults) {
+  for (const char* text : {"", " ", " \t\n "}) {
+    const Config config = parse_config(text);
+    expect_same(config, Config{});
+    EXPECT_EQ(config.backend, "auto");
+  }
+}
+
+TEST(ConfigParse, EveryBackend) {
+  for (const char* name : {"auto", "simulated", "cuda_malloc", "vmm", "malloc_async"}) {
+    EXPECT_EQ(parse_config(std::string("backend:") + name).backend, name);
+  }
+  expect_error("backend:cuda", {"backend", "'cuda'"});
+  expect_error("backend:VMM", {"backend", "'VMM'"});
+}
+
+TEST(ConfigParse, EverySizeKeyWithItsUnit) {
+  const Config config = parse_config(
+      "round_bytes:1024,small_size_limit_kb:512,small_segment_mb:4,large_segment_mb:40,"
+      "max_split_mb:200,page_mb:4,span_gb:64,max_free_mapped_mb:128,max_free_physical_mb:512,"
+      "cap_mb:70000");
+  EXPECT_EQ(config.options.round_bytes, 1024u);
+  EXPECT_EQ(config.options.small_size_limit, 512 * kKiB);
+  EXPECT_EQ(config.options.small_segment_bytes, 4 * kMiB);
+  EXPECT_EQ(config.options.large_segment_bytes, 40 * kMiB);
+  EXPECT_EQ(config.options.max_split_bytes, 200 * kMiB);
+  EXPECT_EQ(config.options.page_bytes, 4 * kMiB);
+  EXPECT_EQ(config.options.span_bytes, 64 * kGiB);
+  EXPECT_EQ(config.options.max_free_mapped_bytes, 128 * kMiB);
+  EXPECT_EQ(config.options.max_free_physical_bytes, 512 * kMiB);
+  EXPECT_EQ(config.options.cap_bytes, 70000 * kMiB);
+  EXPECT_EQ(config.backend, "auto");
+  // Untouched fields keep their defaults.
+  EXPECT_EQ(config.options.round_large_segment_bytes, AllocatorOptions{}.round_large_segment_bytes);
+  EXPECT_EQ(config.options.use_paged_heap, AllocatorOptions{}.use_paged_heap);
+}
+
+TEST(ConfigParse, CapInGigabytes) {
+  EXPECT_EQ(parse_config("cap_gb:40").options.cap_bytes, 40 * kGiB);
+  EXPECT_EQ(parse_config("cap_gb:0").options.cap_bytes, 0u);
+}
+
+TEST(ConfigParse, PagedHeapBoolean) {
+  EXPECT_FALSE(parse_config("paged_heap:false").options.use_paged_heap);
+  EXPECT_TRUE(parse_config("paged_heap:true").options.use_paged_heap);
+  EXPECT_FALSE(parse_config("paged_heap:False").options.use_paged_heap);
+  EXPECT_TRUE(parse_config("paged_heap:TRUE").options.use_paged_heap);
+  expect_error("paged_heap:yes", {"paged_heap", "'yes'", "true or false"});
+  expect_error("paged_heap:1", {"paged_heap", "'1'"});
+}
+
+TEST(ConfigParse, UnlimitedFreeCaches) {
+  const Config config = parse_config("max_free_mapped_mb:unlimited,max_free_physical_mb:unlimited");
+  EXPECT_EQ(config.options.max_free_mapped_bytes, kUnlimited);
+  EXPECT_EQ(config.options.max_free_physical_bytes, kUnlimited);
+  expect_error("cap_mb:unlimited", {"cap_mb", "'unlimited'"});
+  expect_error("page_mb:unlimited", {"page_mb", "'unlimited'"});
+}
+
+TEST(ConfigParse, ZeroWhereZeroMeansSomething) {
+  const Config config = parse_config(
+      "small_size_limit_kb:0,max_split_mb:0,page_mb:0,span_gb:0,max_free_mapped_mb:0,"
+      "max_free_physical_mb:0,cap_mb:0");
+  EXPECT_EQ(config.options.small_size_limit, 0u);
+  EXPECT_EQ(config.options.max_split_bytes, 0u);
+  EXPECT_EQ(config.options.page_bytes, 0u);
+  EXPECT_EQ(config.options.span_bytes, 0u);
+  EXPECT_EQ(config.options.max_free_mapped_bytes, 0u);
+  EXPECT_EQ(config.options.max_free_physical_bytes, 0u);
+  EXPECT_EQ(config.options.cap_bytes, 0u);
+}
+
+TEST(ConfigParse, ZeroWhereZeroMeansNothing) {
+  expect_error("round_bytes:0", {"round_bytes", "'0'"});
+  expect_error("small_segment_mb:0", {"small_segment_mb", "'0'"});
+  expect_error("large_segment_mb:0", {"large_segment_mb", "'0'"});
+}
+
+TEST(ConfigParse, WhitespaceAroundTokens) {
+  const Config config =
+      parse_config("  backend : vmm ,\tround_bytes:\t2048 ,paged_heap :false\n, cap_gb: 2 ");
+  EXPECT_EQ(config.backend, "vmm");
+  EXPECT_EQ(config.options.round_bytes, 2048u);
+  EXPECT_FALSE(config.options.use_paged_heap);
+  EXPECT_EQ(config.options.cap_bytes, 2 * kGiB);
+}
+
+TEST(ConfigParse, LeadingZerosAreJustDigits) {
+  EXPECT_EQ(parse_config("round_bytes:0512").options.round_bytes, 512u);
+}
+
+TEST(ConfigErrors, UnknownKey) {
+  expect_error("expandable_segments:True", {"unknown key", "expandable_segments"});
+  expect_error("Round_Bytes:512", {"Round_Bytes"});
+  expect_error("round_bytes:512,garbage", {"garbage"});
+}
+
+TEST(ConfigErrors, DuplicateKeys) {
+  expect_error("round_bytes:512,round_bytes:1024", {"round_bytes", "twice", "'1024'"});
+  expect_error("backend:vmm, backend:vmm", {"backend", "twice"});
+  expect_error("cap_mb:100,cap_gb:1", {"cap_gb", "'1'", "cap_mb"});
+  expect_error("cap_gb:1,cap_mb:100", {"cap_mb", "'100'", "cap_gb"});
+}
+
+TEST(ConfigErrors, MissingValueOrKey) {
+  expect_error("round_bytes", {"round_bytes", "no value"});
+  expect_error("round_bytes:", {"round_bytes", "no value"});
+  expect_error("round_bytes:  ", {"round_bytes", "no value"});
+  expect_error("backend:", {"backend", "no value"});
+  expect_error(":512", {"no key", ":512"});
+  expect_error(" : ", {"no key"});
+}
+
+TEST(ConfigErrors, EmptyEntries) {
+  expect_error("round_bytes:512,,paged_heap:true", {"empty entry"});
+  expect_error("round_bytes:512,", {"empty entry"});
+  expect_error(",round_bytes:512", {"empty entry"});
+  expect_error(",", {"empty entry"});
+}
+
+TEST(ConfigErrors, NonNumericValues) {
+  for (const char* value : {"abc", "12abc", "1.5", "0x10", "+5", "1e6", "5 5", "½"}) {
+    expect_error(std::string("large_segment_mb:") + value, {"large_segment_mb", value});
+  }
+  expect_error("round_bytes:512:1024", {"round_bytes", "512:1024"});
+}
+
+TEST(ConfigErrors, NegativeValues) {
+  expect_error("small_segment_mb:-2", {"small_segment_mb", "'-2'", "negative"});
+  expect_error("cap_gb:-1", {"cap_gb", "'-1'", "negative"});
+  expect_error("round_bytes:-512", {"round_bytes", "negative"});
+}
+
+TEST(ConfigErrors, OverflowingValues) {
+  expect_error("cap_mb:99999999999999999999999", {"cap_mb", "99999999999999999999999", "large"});
+  // Fits in 64 bits as a count, not once multiplied by the unit.
+  expect_error("span_gb:17179869184", {"span_gb", "17179869184"});
+  expect_error("cap_mb:17592186044416", {"cap_mb", "17592186044416"});
+  expect_error("small_size_limit_kb:18014398509481984", {"small_size_limit_kb"});
+  // The largest that still fits is fine.
+  EXPECT_EQ(parse_config("span_gb:17179869183").options.span_bytes, 17179869183 * kGiB);
+}
+
+TEST(ConfigErrors, RoundBytesMustBeAPowerOfTwo) {
+  for (const char* value : {"3", "768", "1000"}) {
+    expect_error(std::string("round_bytes:") + value, {"round_bytes", value, "power of two"});
+  }
+  for (std::size_t shift = 0; shift < 40; shift += 3) {
+    const std::size_t bytes = std::size_t{1} << shift;
+    EXPECT_EQ(parse_config("round_bytes:" + std::to_string(bytes)).options.round_bytes, bytes);
+  }
+}
+
+TEST(ConfigErrors, SmallRequestsMustFitASmallSegment) {
+  expect_error("small_size_limit_kb:4096", {"small_size_limit_kb", "4096", "small_segment_mb"});
+  const Config config = parse_config("small_size_limit_kb:4096,small_segment_mb:4");
+  EXPECT_EQ(config.options.small_size_limit, 4 * kMiB);
+}
+
+TEST(ConfigErrors, MessagesCarryTheErrorCodeText) {
+  try {
+    (void)parse_config("bogus:1");
+    FAIL();
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("invalid argument", 0), 0u) << error.what();
+  }
+}
+
+// --- to_string ---
+
+TEST(ConfigToString, DefaultsRoundTrip) {
+  const std::string text = to_string(Config{});
+  expect_same(parse_config(text), Config{});
+  EXPECT_EQ(text.rfind("backend:auto,round_bytes:512,", 0), 0u) << text;
+}
+
+TEST(ConfigToString, EveryKeyIsWritten) {
+  const std::string text = to_string(Config{});
+  for (const char* key :
+       {"backend:", "round_bytes:", "small_size_limit_kb:", "small_segment_mb:",
+        "large_segment_mb:", "max_split_mb:", "page_mb:", "span_gb:", "max_free_mapped_mb:",
+        "max_free_physical_mb:", "cap_mb:", "paged_heap:"}) {
+    EXPECT_NE(text.find(key), std::string::npos) << key << " missing from " << text;
+  }
+}
+
+TEST(ConfigToString, NonDefaultConfigRoundTrips) {
+  const std::vector<std::string> texts = {
+      "backend:vmm,round_bytes:4096,small_size_limit_kb:0,small_segment_mb:8,large_segment_mb:64,"
+      "max_split_mb:512,page_mb:8,span_gb:256,max_free_mapped_mb:0,max_free_physical_mb:unlimited,"
+      "cap_gb:70,paged_heap:false",
+      "backend:simulated,cap_mb:1536",
+      "backend:malloc_async,max_free_mapped_mb:unlimited,max_free_physical_mb:100",
+      "backend:cuda_malloc,cap_mb:0"};
+  for (const std::string& text : texts) {
+    const Config parsed = parse_config(text);
+    const std::string written = to_string(parsed);
+    expect_same(parse_config(written), parsed);
+    EXPECT_EQ(to_string(parse_config(written)), written);  // stable
+  }
+}
+
+TEST(ConfigToString, CapPicksTheReadableUnit) {
+  Config config;
+  config.options.cap_bytes = 40 * kGiB;
+  EXPECT_NE(to_string(config).find("cap_gb:40"), std::string::npos) << to_string(config);
+  EXPECT_EQ(to_string(config).find("cap_mb"), std::string::npos);
+  config.options.cap_bytes = 40 * kGiB + 512 * kMiB;
+  EXPECT_NE(to_string(config).find("cap_mb:41472"), std::string::npos) << to_string(config);
+  EXPECT_EQ(to_string(config).find("cap_gb"), std::string::npos);
+  config.options.cap_bytes = 0;
+  EXPECT_NE(to_string(config).find("cap_mb:0"), std::string::npos);
+}
+
+TEST(ConfigToString, RefusesWhatTheSyntaxCannotSay) {
+  Config odd_cap;
+  odd_cap.options.cap_bytes = 100;
+  EXPECT_THROW((void)to_string(odd_cap), Error);
+  Config odd_limit;
+  odd_limit.options.small_size_limit = 1000;
+  EXPECT_THROW((void)to_string(odd_limit), Error);
+  Config odd_rounding;
+  odd_rounding.options.round_bytes = 3;
+  EXPECT_THROW((void)to_string(odd_rounding), Error);
+  Config zero_segment;
+  zero_segment.options.large_segment_bytes = 0;
+  EXPECT_THROW((void)to_string(zero_segment), Error);
+  Config no_key;
+  no_key.options.round_large_segment_bytes = 4 * kMiB;
+  EXPECT_THROW((void)to_string(no_key), Error);
+  Config bad_backend;
+  bad_backend.backend = "tpu";
+  EXPECT_THROW((void)to_string(bad_backend), Error);
+}
+
+}  // namespace
+}  // namespace vramledger
