@@ -160,7 +160,13 @@ class CachingAllocator::Impl {
     std::vector<EventHandle> events;
     events.reserve(block->stream_uses.size());
     for (StreamHandle use : block->stream_uses) {
-      EventHandle event = take_event();
+      EventHandle event = 0;
+      try {
+        event = take_event();
+      } catch (...) {
+        spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+        throw;
+      }
       Status status = backend_.record_event(event, use);
       if (!status) {
         spare_events_.push_back(event);
