@@ -1,0 +1,131 @@
+// Host-side latency of one allocate + deallocate pair through CachingAllocator on the simulated
+// device, with the Ledger attached as the observer (the configuration every integration uses).
+// The figures to compare with are in /work/shared/anchors.md: cudaMallocAsync ~650 ns, PyTorch's
+// caching allocator ~550-880 ns per pair on the H200 machine; our target is <= 60 ns.
+//
+//   build-release/bench/vramledger-bench-latency --benchmark_format=json
+//
+// Results: bench/results/<date>-cpu-simulated.{md,json}.
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+
+namespace vramledger {
+namespace {
+
+constexpr std::size_t kMaxThreads = 8;
+constexpr std::size_t kLiveBlocks = 64;
+constexpr std::size_t kPatternLength = 4096;  // a power of two: the loop wraps with a mask
+
+// A simulated H200 with an allocator and its ledger; `paged` picks the heap shape.
+struct Rig {
+  explicit Rig(bool paged) : device(device_options(paged)), allocator(device, &ledger) {
+    for (std::size_t i = 0; i < kMaxThreads; ++i) {
+      streams[i] = i == 0 ? StreamHandle{0} : device.create_stream();
+    }
+  }
+  static SimulatedDeviceOptions device_options(bool paged) {
+    SimulatedDeviceOptions options;
+    options.capacity_bytes = std::size_t{140} << 30;
+    options.supports_virtual_memory = paged;
+    return options;
+  }
+  SimulatedDevice device;
+  Ledger ledger;
+  CachingAllocator allocator;
+  std::array<StreamHandle, kMaxThreads> streams{};
+};
+
+// The mixed pattern: which of the 64 live slots to replace and with what size (512 B - 4 MiB,
+// log-uniform). Drawn once from a fixed seed so every run and thread count sees the same mix.
+struct MixedPattern {
+  std::vector<std::size_t> sizes;
+  std::vector<std::uint32_t> slots;
+  explicit MixedPattern(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> exponent(9.0, 22.0);  // 2^9 .. 2^22 bytes
+    std::uniform_int_distribution<std::uint32_t> slot(0, kLiveBlocks - 1);
+    for (std::size_t i = 0; i < kPatternLength; ++i) {
+      sizes.push_back(static_cast<std::size_t>(std::exp2(exponent(rng))));
+      slots.push_back(slot(rng));
+    }
+  }
+};
+
+void FixedSize(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  Rig rig(state.range(1) != 0);
+  rig.allocator.deallocate(rig.allocator.allocate(bytes, 0));  // warm: the block is cached
+  for (auto _ : state) {
+    const DevicePtr ptr = rig.allocator.allocate(bytes, 0);
+    benchmark::DoNotOptimize(ptr);
+    rig.allocator.deallocate(ptr);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// One iteration frees one of this thread's 64 live blocks and allocates its replacement.
+void run_mixed(benchmark::State& state, Rig& rig) {
+  const auto thread = static_cast<std::size_t>(state.thread_index());
+  const MixedPattern pattern(0x5eed + thread);
+  const StreamHandle stream = rig.streams[thread % kMaxThreads];
+  std::array<DevicePtr, kLiveBlocks> live{};
+  for (std::size_t i = 0; i < kLiveBlocks; ++i) {
+    live[i] = rig.allocator.allocate(pattern.sizes[i], stream);
+  }
+  std::size_t k = 0;
+  for (auto _ : state) {
+    const std::uint32_t slot = pattern.slots[k];
+    rig.allocator.deallocate(live[slot]);
+    live[slot] = rig.allocator.allocate(pattern.sizes[k], stream);
+    k = (k + 1) & (kPatternLength - 1);
+  }
+  for (DevicePtr ptr : live) rig.allocator.deallocate(ptr);
+  state.SetItemsProcessed(state.iterations());
+}
+
+void Mixed(benchmark::State& state) {
+  Rig rig(state.range(0) != 0);
+  run_mixed(state, rig);
+}
+
+// Threads share one allocator (each on its own stream, as torch's per-stream pools would be).
+// The rig outlives the runs so every thread count starts from the same warm cache.
+Rig& shared_rig(bool paged) {
+  static Rig segment_rig(false);
+  static Rig paged_rig(true);
+  return paged ? paged_rig : segment_rig;
+}
+
+void MixedThreads(benchmark::State& state) { run_mixed(state, shared_rig(state.range(0) != 0)); }
+
+constexpr std::int64_t kKiB = 1 << 10;
+constexpr std::int64_t kMiB = 1 << 20;
+
+BENCHMARK(FixedSize)
+    ->ArgNames({"bytes", "paged"})
+    ->ArgsProduct({{512, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB}, {1, 0}});
+BENCHMARK(Mixed)->ArgName("paged")->Arg(1)->Arg(0);
+BENCHMARK(MixedThreads)
+    ->ArgName("paged")
+    ->Arg(1)
+    ->Arg(0)
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->Threads(8)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace vramledger
+
+BENCHMARK_MAIN();

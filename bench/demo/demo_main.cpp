@@ -1,0 +1,221 @@
+// vramledger-demo: runs an allocation workload through the caching allocator with the ledger
+// attached and prints the ledger's account. The workload is a synthetic GPT-style training loop
+// (synthetic_training.hpp) or a recorded workload trace (--trace); the device is the simulated
+// one or, in builds with CUDA, a real GPU backend.
+//
+//   vramledger-demo                                   both heap shapes, simulated H200
+//   vramledger-demo --conf "" --steps 100 --seed 7
+//   vramledger-demo --backend vmm                     the same loop on a real GPU
+//   vramledger-demo --trace bench/traces/corpus/gpt2_train.vlt.gz
+//
+// Arguments are parsed by hand: the GPU machine has no CLI library, and this must build there.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "accounting/consistency.hpp"
+#include "accounting/ledger.hpp"
+#include "accounting/text_report.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/config.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "bench/demo/synthetic_training.hpp"
+#include "bench/replay/replayer.hpp"
+#include "bench/replay/workload_trace.hpp"
+#ifdef VRAMLEDGER_HAVE_CUDA
+#include "allocator/cuda/cuda_backend_factory.hpp"
+#endif
+
+namespace vramledger {
+namespace {
+
+constexpr const char* kUsage = R"(usage: vramledger-demo [options]
+  --backend NAME       simulated (default), or with a CUDA build: cuda_malloc, vmm, malloc_async
+  --conf TEXT          allocator configuration (allocator/config.hpp), repeatable;
+                       default: the paged heap ("") and the segment heap ("paged_heap:false")
+  --trace FILE         replay this workload trace (.vlt / .vlt.gz) instead of the synthetic loop
+  --write-trace FILE   write the synthetic loop's trace to FILE and continue
+  --steps N            training steps of the synthetic loop (default 40)
+  --seed N             seed of the synthetic loop's batch/sequence draws (default 1)
+  --capacity-gib X     simulated device memory (default 140.4, an H200)
+  --help
+)";
+
+struct Options {
+  std::string backend = "simulated";
+  std::vector<std::string> confs;
+  std::string trace_path;
+  std::string write_trace_path;
+  SyntheticTrainingOptions synthetic;
+  double capacity_gib = 143771.0 / 1024.0;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "vramledger-demo: %s\n%s", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+std::uint64_t parse_number(std::string_view flag, const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || text[0] == '-') {
+    usage_error(std::string(flag) + " needs a whole number, got '" + text + "'");
+  }
+  return value;
+}
+
+Options parse_arguments(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) usage_error(std::string(flag) + ": unknown option or missing value");
+    const std::string value = argv[++i];
+    if (flag == "--backend") {
+      options.backend = value;
+    } else if (flag == "--conf") {
+      options.confs.push_back(value);
+    } else if (flag == "--trace") {
+      options.trace_path = value;
+    } else if (flag == "--write-trace") {
+      options.write_trace_path = value;
+    } else if (flag == "--steps") {
+      options.synthetic.steps = static_cast<int>(parse_number(flag, value));
+    } else if (flag == "--seed") {
+      options.synthetic.seed = parse_number(flag, value);
+    } else if (flag == "--capacity-gib") {
+      char* end = nullptr;
+      options.capacity_gib = std::strtod(value.c_str(), &end);
+      if (*end != '\0' || !(options.capacity_gib > 0)) usage_error("--capacity-gib needs a size");
+    } else {
+      usage_error("unknown option " + std::string(flag));
+    }
+  }
+  if (options.confs.empty()) options.confs = {"", "paged_heap:false"};
+  return options;
+}
+
+WorkloadTrace load_workload(const Options& options) {
+  if (!options.trace_path.empty()) return read_workload_trace(options.trace_path);
+  const std::string text = synthetic_training_trace(options.synthetic);
+  if (!options.write_trace_path.empty()) {
+    std::ofstream(options.write_trace_path) << text;
+  }
+  std::istringstream in(text);
+  return parse_workload_trace(in, "synthetic training loop");
+}
+
+// The device the allocator runs on, and how trace streams map onto its streams.
+struct Device {
+  std::unique_ptr<DeviceBackend> backend;
+  SimulatedDevice* simulated = nullptr;  // null for real GPUs
+
+  StreamHandle stream(std::uint32_t index) {
+    // Real backends offer no stream creation; every trace stream maps to the default stream.
+    if (simulated == nullptr || index == 0) return 0;
+    while (streams.size() < index) streams.push_back(simulated->create_stream());
+    return streams[index - 1];
+  }
+  std::vector<StreamHandle> streams;
+};
+
+Device make_device(const Options& options) {
+  Device device;
+  if (options.backend == "simulated") {
+    SimulatedDeviceOptions device_options;
+    device_options.capacity_bytes =
+        static_cast<std::size_t>(options.capacity_gib * double(std::size_t{1} << 30));
+    auto simulated = std::make_unique<SimulatedDevice>(device_options);
+    device.simulated = simulated.get();
+    device.backend = std::move(simulated);
+    return device;
+  }
+#ifdef VRAMLEDGER_HAVE_CUDA
+  if (!cuda_device_available()) {
+    throw Error(ErrorCode::kNotSupported,
+                "backend '" + options.backend + "' needs a GPU: " + cuda_device_unavailable_reason());
+  }
+  device.backend = make_cuda_backend(options.backend, 0);
+  return device;
+#else
+  throw Error(ErrorCode::kNotSupported, "backend '" + options.backend +
+                                            "' is not built into this binary (configure with "
+                                            "the CUDA toolkit present: -Dcuda=enabled)");
+#endif
+}
+
+std::string describe_policy(const Config& config, const DeviceBackend& backend) {
+  const bool paged = config.options.use_paged_heap && backend.info().supports_virtual_memory;
+  return std::string(paged ? "paged heap" : "segment heap") + " on " + backend.info().name;
+}
+
+// Replays the workload under one configuration; returns false when the books do not balance.
+bool run_one(const Options& options, const WorkloadTrace& workload, const std::string& conf_text) {
+  const Config config = parse_config(conf_text);
+  if (config.backend != "auto" && config.backend != options.backend) {
+    throw Error(ErrorCode::kInvalidArgument, "--conf names backend '" + config.backend +
+                                                 "' but --backend is '" + options.backend + "'");
+  }
+  Device device = make_device(options);
+  Ledger ledger;
+  CachingAllocator allocator(*device.backend, &ledger, config.options);
+  const ReplayResult result = replay_workload(
+      workload, allocator, ledger, [&](std::uint32_t index) { return device.stream(index); });
+  allocator.process_completed_frees();
+
+  std::printf("=== %s, conf \"%s\"\n", describe_policy(config, *device.backend).c_str(),
+              conf_text.c_str());
+  std::printf("operations %zu, allocations %zu, refused (out of memory) %zu, replay %.3f s\n",
+              result.operations, result.allocations, result.out_of_memory, result.seconds);
+  std::printf("peak requested %s, peak reserved %s: overhead ratio %.4f, "
+              "fragmentation (1 - peak active / peak reserved) %.4f\n",
+              format_bytes(result.peak_requested_bytes).c_str(),
+              format_bytes(result.peak_reserved_bytes).c_str(), result.overhead_ratio,
+              result.gmlake_ratio);
+  std::printf("device allocations %llu, device frees %llu, maps %llu, unmaps %llu\n\n",
+              static_cast<unsigned long long>(result.device_allocations),
+              static_cast<unsigned long long>(result.device_frees),
+              static_cast<unsigned long long>(result.maps),
+              static_cast<unsigned long long>(result.unmaps));
+  const BlockCensus census = allocator.census();
+  std::printf("%s\n", text_report(ledger, census).c_str());
+  const ConsistencyReport consistency = check_consistency(ledger, census);
+  if (!consistency.ok()) {
+    std::fprintf(stderr, "vramledger-demo: the ledger disagrees with the allocator:\n%s\n",
+                 consistency.to_string().c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace vramledger
+
+int main(int argc, char** argv) {
+  const vramledger::Options options = vramledger::parse_arguments(argc, argv);
+  try {
+    const vramledger::WorkloadTrace workload = vramledger::load_workload(options);
+    std::printf("workload: %s, %zu operations, peak requested %s\n\n",
+                options.trace_path.empty() ? "synthetic GPT-style training loop"
+                                           : options.trace_path.c_str(),
+                workload.ops.size(),
+                vramledger::format_bytes(static_cast<std::int64_t>(workload.peak_requested_bytes))
+                    .c_str());
+    bool balanced = true;
+    for (const std::string& conf : options.confs) {
+      balanced = vramledger::run_one(options, workload, conf) && balanced;
+    }
+    return balanced ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "vramledger-demo: %s\n", error.what());
+    return 2;
+  }
+}
