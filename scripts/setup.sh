@@ -12,28 +12,39 @@ set -euo pipefail
 MESON_VERSION=1.6.1
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Debian package names. python3-venv gives the system python its venv module; the CUDA toolkit
-# is optional (meson is configured with -Dcuda=auto) and never installed here.
-apt_packages=(
-  g++ ninja-build pkg-config
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-venv
-)
+# Debian package names. Required: without them nothing builds. Optional: the benchmarks
+# (libbenchmark-dev), vramledger-replay's command line (libcli11-dev) and gzip'd traces
+# (zlib1g-dev); Meson skips what they enable when they are missing. python3-venv gives the system
+# python its venv module. The CUDA toolkit is optional (-Dcuda=auto) and never installed here.
+required_packages=(g++ ninja-build pkg-config libgtest-dev libgmock-dev python3 python3-venv)
+optional_packages=(libbenchmark-dev libcli11-dev zlib1g-dev)
 
-missing=()
-for pkg in "${apt_packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$pkg")
-  fi
-done
+missing_from() {
+  local pkg
+  for pkg in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+      echo "$pkg"
+    fi
+  done
+}
+mapfile -t missing_required < <(missing_from "${required_packages[@]}")
+mapfile -t missing_optional < <(missing_from "${optional_packages[@]}")
 
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
+if ((${#missing_required[@]} + ${#missing_optional[@]})); then
   sudo_cmd=()
   if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install() { "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+  "${sudo_cmd[@]}" apt-get update -qq || echo "setup: WARNING: apt-get update failed" >&2
+  if ((${#missing_required[@]})); then
+    echo "setup: installing ${missing_required[*]}"
+    apt_install "${missing_required[@]}"
+  fi
+  if ((${#missing_optional[@]})); then
+    echo "setup: installing ${missing_optional[*]} (optional)"
+    apt_install "${missing_optional[@]}" ||
+      echo "setup: WARNING: could not install ${missing_optional[*]}; what they enable is skipped" >&2
+  fi
 else
   echo "setup: system packages present"
 fi
@@ -44,13 +55,17 @@ have_version=""
 if [[ -x "$venv/bin/meson" ]]; then
   have_version=$("$venv/bin/meson" --version 2>/dev/null || true)
 fi
-if [[ "$have_version" != "$MESON_VERSION" ]]; then
+install_meson() {
+  [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv" || return 1
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "meson==$MESON_VERSION"
+}
+if [[ "$have_version" == "$MESON_VERSION" ]]; then
+  echo "setup: meson $MESON_VERSION present in $venv"
+else
   echo "setup: installing meson==$MESON_VERSION into $venv"
-  if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv"
-  fi
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "meson==$MESON_VERSION"; then
+  if ! install_meson; then
     # Offline machines (the GPU box) may still carry a usable meson of their own.
+    rm -rf "$venv"
     if command -v meson >/dev/null 2>&1; then
       echo "setup: WARNING: could not install meson==$MESON_VERSION; using $(command -v meson) ($(meson --version))" >&2
     else
@@ -58,6 +73,4 @@ if [[ "$have_version" != "$MESON_VERSION" ]]; then
       exit 1
     fi
   fi
-else
-  echo "setup: meson $MESON_VERSION present in $venv"
 fi
