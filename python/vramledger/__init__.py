@@ -1,0 +1,166 @@
+"""vramledger: a CUDA caching allocator for PyTorch with exact memory accounting.
+
+    import torch, vramledger
+    vramledger.install()                 # before the first CUDA allocation
+    with vramledger.tag("weights"):
+        model = Model().cuda()
+    print(vramledger.stats()["reserved_bytes"]["all"]["current"])
+    print(vramledger.report())
+
+Once installed, torch's own APIs (torch.cuda.memory_stats, memory_reserved,
+max_memory_allocated, reset_peak_memory_stats, empty_cache, memory_snapshot, CUDA graphs)
+answer with vramledger's numbers. To run an unmodified program with it:
+
+    vramledger run -- python app.py
+
+The configuration string uses PYTORCH_CUDA_ALLOC_CONF syntax ("backend:vmm,cap_gb:40"); see
+allocator/config.hpp for every key. It can also come from the VRAMLEDGER_CONF variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any, Iterator, Optional
+
+from ._library import library_path
+
+
+def _native():
+    """The native functions, loaded on first use: torch first, since importing torch loads the
+    libc10 / libcudart our library links against (and keeps `vramledger run` quick to start).
+    The _C extension when it was built, else the same functions through ctypes."""
+    import torch  # noqa: F401
+
+    try:
+        from . import _C
+    except ImportError:
+        from . import _ctypes_api as _C
+    return _C
+
+__all__ = [
+    "install",
+    "is_installed",
+    "stats",
+    "all_stats",
+    "flat_stats",
+    "report",
+    "tag",
+    "empty_cache",
+    "reset_peak_stats",
+    "reset_accumulated_stats",
+    "library_path",
+    "pluggable_allocator",
+]
+
+__version__ = "0.1.0"
+
+
+def install(conf: Optional[str] = None) -> None:
+    """Makes vramledger torch's CUDA allocator.
+
+    Must run before anything allocates CUDA memory through torch; afterwards it raises
+    RuntimeError saying so. Installing again with the same configuration does nothing.
+    conf defaults to $VRAMLEDGER_CONF, else "" (all defaults).
+    """
+    if conf is None:
+        conf = os.environ.get("VRAMLEDGER_CONF", "")
+    _native().install(conf)
+
+
+def is_installed() -> bool:
+    """True when vramledger is torch's current CUDA allocator."""
+    return bool(_native().is_installed())
+
+
+def _device_index(device: Any) -> int:
+    import torch
+
+    if device is None:
+        return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "cuda":
+            raise ValueError(f"vramledger: not a CUDA device: {device}")
+        return device.index if device.index is not None else torch.cuda.current_device()
+    raise TypeError(f"vramledger: cannot interpret {device!r} as a CUDA device")
+
+
+def stats(device: Any = None) -> dict:
+    """Every counter of one device as a nested dict.
+
+    Keys follow torch.cuda.memory_stats: stats()["allocated_bytes"]["all"]["peak"], with
+    "all", "small_pool" and "large_pool" under each, plus counters torch lacks (mapped_bytes,
+    virtual_bytes, physical_bytes, allocated_requested_bytes), "fragmentation" figures and
+    per-tag usage under "tags". A device vramledger never used reports zeros.
+    """
+    return json.loads(_native().stats_json(_device_index(device)))
+
+
+def all_stats() -> list:
+    """stats() of every device vramledger used."""
+    return json.loads(_native().stats_json(-1))
+
+
+def flat_stats(device: Any = None) -> dict:
+    """stats() flattened like torch.cuda.memory_stats: {"allocated_bytes.all.current": ...}."""
+    result: dict = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, item)
+        else:
+            result[prefix] = value
+
+    walk("", stats(device))
+    return result
+
+
+def report() -> str:
+    """A text account of every device: reserved memory broken into lines that add up."""
+    return _native().report()
+
+
+def empty_cache() -> None:
+    """Returns cached memory to the device (torch.cuda.empty_cache does the same once installed)."""
+    _native().empty_cache()
+
+
+def reset_peak_stats(device: Any = None) -> None:
+    _native().reset_peak_stats(_device_index(device))
+
+
+def reset_accumulated_stats(device: Any = None) -> None:
+    _native().reset_accumulated_stats(_device_index(device))
+
+
+@contextlib.contextmanager
+def tag(name: str) -> Iterator[None]:
+    """Counts the CUDA allocations this thread makes inside the block under `name`.
+
+    Tags nest; the innermost wins. They are per thread: work torch runs on its own threads (the
+    autograd engine's backward pass) is not tagged by a scope opened on the main thread.
+    """
+    _native().tag_push(name)
+    try:
+        yield
+    finally:
+        _native().tag_pop()
+
+
+def pluggable_allocator() -> Any:
+    """vramledger's malloc/free as a torch.cuda.memory.CUDAPluggableAllocator.
+
+    For torch.cuda.MemPool(allocator=...) or change_current_allocator. With a pluggable allocator
+    torch's own statistics are unavailable; read vramledger.stats() instead. Prefer install().
+    """
+    import torch
+
+    return torch.cuda.memory.CUDAPluggableAllocator(
+        library_path(), "vramledger_malloc", "vramledger_free"
+    )

@@ -1,0 +1,77 @@
+"""vramledger's startup hook, put first on PYTHONPATH by `vramledger run`.
+
+Python imports `sitecustomize` at startup, before the program's code. This one (1) runs the
+sitecustomize it shadows, if there is one, and (2) arranges for vramledger.install() to run the
+moment `import torch` completes — before the program can allocate CUDA memory, and without
+importing torch in programs that never use it.
+
+A failed install raises from `import torch` (the program asked to run under vramledger; running
+it silently without would mislead). VRAMLEDGER_REPORT=stderr|PATH prints the report at exit.
+"""
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _run_shadowed_sitecustomize():
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+def _write_report():
+    import vramledger
+
+    destination = os.environ.get("VRAMLEDGER_REPORT", "")
+    text = vramledger.report()
+    if destination in ("", "stderr", "-"):
+        sys.stderr.write(text)
+    else:
+        with open(destination, "a", encoding="utf-8") as handle:
+            handle.write(f"--- pid {os.getpid()}: {' '.join(sys.argv)}\n{text}")
+
+
+def _install_vramledger():
+    import vramledger
+
+    vramledger.install(os.environ.get("VRAMLEDGER_CONF", ""))
+    if os.environ.get("VRAMLEDGER_REPORT"):
+        import atexit
+
+        atexit.register(_write_report)
+
+
+class _InstallAfterTorchImport(importlib.abc.MetaPathFinder):
+    """Finds `torch` through the other finders and wraps its loader, once."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_torch = loader.exec_module
+
+        def exec_module(module):
+            exec_torch(module)
+            _install_vramledger()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_run_shadowed_sitecustomize()
+if os.environ.get("VRAMLEDGER_AUTOINSTALL") == "1":
+    if "torch" in sys.modules:
+        _install_vramledger()
+    else:
+        sys.meta_path.insert(0, _InstallAfterTorchImport())

@@ -1,0 +1,365 @@
+// The torch plugin's own logic on the simulated device, without a GPU: pointer ownership, private
+// pools and their routing, frees deferred during captures, torch's statistics, snapshots,
+// history, OOM handling, memory fraction, installation, and the C API.
+//
+// Every test uses the process's one VramledgerAllocator (as torch does) on backend:simulated,
+// which VRAMLEDGER_TORCH_ALLOW_SIMULATED=1 permits. The c10 entry points that ask CUDA for the
+// current device or stream (allocate, raw_alloc) are exercised on the GPU by tests/torch/*.py.
+#include <gtest/gtest.h>
+
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "torch_plugin/install.hpp"
+#include "torch_plugin/vramledger_allocator.hpp"
+#include "torch_plugin/vramledger_c_api.h"
+
+namespace vramledger::torch_plugin {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+constexpr auto kSmall = static_cast<std::size_t>(c10::CachingAllocator::StatType::SMALL_POOL);
+
+VramledgerAllocator& plugin() {
+  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
+    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
+    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
+    created.init(1);
+    return created;
+  }();
+  return instance;
+}
+
+cudaStream_t default_stream() { return nullptr; }
+
+c10::CachingDeviceAllocator::DeviceStats stats() { return plugin().getDeviceStats(0); }
+
+void* alloc(std::size_t bytes) { return plugin().malloc(bytes, 0, default_stream()); }
+
+// The segment of the snapshot that holds `ptr` as an allocated block, or null.
+const c10::CachingDeviceAllocator::SegmentInfo* segment_of(
+    const c10_alloc::SnapshotInfo& snapshot, void* ptr) {
+  const auto address = reinterpret_cast<std::size_t>(ptr);
+  for (const auto& segment : snapshot.segments) {
+    std::size_t at = segment.address;
+    for (const auto& block : segment.blocks) {
+      if (at == address && block.allocated) return &segment;
+      at += block.size;
+    }
+  }
+  return nullptr;
+}
+
+std::size_t segments_of_pool(const c10_alloc::SnapshotInfo& snapshot, c10::MempoolId_t id) {
+  std::size_t count = 0;
+  for (const auto& segment : snapshot.segments) count += segment.owner_private_pool_id == id;
+  return count;
+}
+
+std::function<bool(cudaStream_t)> this_thread_only() {
+  const auto me = std::this_thread::get_id();
+  return [me](cudaStream_t) { return std::this_thread::get_id() == me; };
+}
+
+TEST(TorchPlugin, NameAndInit) {
+  EXPECT_EQ(plugin().name(), "vramledger");
+  EXPECT_TRUE(plugin().initialized());
+}
+
+TEST(TorchPlugin, AllocateAndFreeCountExactly) {
+  const auto before = stats();
+  void* p = alloc(1000);
+  ASSERT_NE(p, nullptr);
+  const auto during = stats();
+  EXPECT_EQ(during.allocated_bytes[kAll].current - before.allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(during.requested_bytes[kAll].current - before.requested_bytes[kAll].current, 1000);
+  EXPECT_EQ(during.allocation[kSmall].current - before.allocation[kSmall].current, 1);
+  EXPECT_GE(during.reserved_bytes[kAll].current, during.allocated_bytes[kAll].current);
+  plugin().free_block(p);
+  const auto after = stats();
+  EXPECT_EQ(after.allocated_bytes[kAll].current, before.allocated_bytes[kAll].current);
+  EXPECT_EQ(after.allocation[kAll].allocated - before.allocation[kAll].allocated, 1);
+  EXPECT_EQ(after.allocation[kAll].freed - before.allocation[kAll].freed, 1);
+}
+
+TEST(TorchPlugin, ZeroBytesAndNull) {
+  EXPECT_EQ(alloc(0), nullptr);
+  EXPECT_NO_THROW(plugin().free_block(nullptr));
+}
+
+TEST(TorchPlugin, ForeignAndDoubleFreesAreRefused) {
+  EXPECT_THROW(plugin().free_block(reinterpret_cast<void*>(0x1234)), c10::Error);
+  void* p = alloc(4096);
+  plugin().free_block(p);
+  EXPECT_THROW(plugin().free_block(p), c10::Error);
+}
+
+TEST(TorchPlugin, PrivatePoolRoutingAndRelease) {
+  const c10::MempoolId_t pool{101, 0};
+  const auto reserved_before = stats().reserved_bytes[kAll].current;
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* in_pool = alloc(3 * kMiB);
+  plugin().endAllocateToPool(0, pool);
+  void* outside = alloc(3 * kMiB);
+
+  auto snapshot = plugin().snapshot();
+  ASSERT_NE(segment_of(snapshot, in_pool), nullptr);
+  EXPECT_EQ(segment_of(snapshot, in_pool)->owner_private_pool_id, pool);
+  ASSERT_NE(segment_of(snapshot, outside), nullptr);
+  EXPECT_EQ(segment_of(snapshot, outside)->owner_private_pool_id, (c10::MempoolId_t{0, 0}));
+  const auto only_pool = plugin().snapshot(pool);
+  EXPECT_GT(only_pool.segments.size(), 0u);
+  for (const auto& segment : only_pool.segments) EXPECT_EQ(segment.owner_private_pool_id, pool);
+  // Private pools never use the paged heap: their segments are plain ones.
+  for (const auto& segment : only_pool.segments) EXPECT_FALSE(segment.is_expandable);
+  EXPECT_EQ(plugin().getPoolUseCount(0, pool), 1);
+
+  plugin().releasePool(0, pool);  // torch no longer uses the pool, but in_pool is still live
+  EXPECT_EQ(plugin().getPoolUseCount(0, pool), 0);
+  EXPECT_GT(segments_of_pool(plugin().snapshot(), pool), 0u);
+  plugin().free_block(in_pool);   // its last block: the pool gives its memory back
+  EXPECT_EQ(segments_of_pool(plugin().snapshot(), pool), 0u);
+  plugin().free_block(outside);
+  plugin().emptyCache();
+  EXPECT_LE(stats().reserved_bytes[kAll].current, reserved_before);
+}
+
+TEST(TorchPlugin, PoolInUseKeepsItsSegments) {
+  const c10::MempoolId_t pool{102, 0};
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* p = alloc(5 * kMiB);
+  plugin().free_block(p);  // freed inside the "capture": stays in the pool for reuse
+  void* again = alloc(5 * kMiB);
+  EXPECT_EQ(again, p) << "a block freed inside the pool is reused by the pool";
+  plugin().endAllocateToPool(0, pool);
+  plugin().free_block(again);
+  plugin().emptyCache();
+  EXPECT_GT(segments_of_pool(plugin().snapshot(), pool), 0u)
+      << "a graph may still replay into this memory: empty_cache must keep it";
+  plugin().releasePool(0, pool);
+  EXPECT_EQ(segments_of_pool(plugin().snapshot(), pool), 0u);
+}
+
+TEST(TorchPlugin, SharedPoolCountsUsers) {
+  const c10::MempoolId_t pool{103, 0};
+  plugin().createOrIncrefPool(0, pool, nullptr);                  // MemPool()
+  plugin().beginAllocateToPool(0, pool, this_thread_only());      // use_mem_pool
+  EXPECT_EQ(plugin().getPoolUseCount(0, pool), 2);
+  EXPECT_THROW(plugin().beginAllocateToPool(0, pool, this_thread_only()), c10::Error);
+  void* p = alloc(kMiB);
+  void* q = alloc(2 * kMiB);
+  plugin().endAllocateToPool(0, pool);
+  EXPECT_THROW(plugin().endAllocateToPool(0, pool), c10::Error);
+  plugin().releasePool(0, pool);
+  EXPECT_EQ(plugin().getPoolUseCount(0, pool), 1);
+  EXPECT_TRUE(plugin().checkPoolLiveAllocations(0, pool, {p, q}));
+  EXPECT_FALSE(plugin().checkPoolLiveAllocations(0, pool, {p}));
+  plugin().free_block(p);
+  plugin().free_block(q);
+  plugin().setUseOnOOM(0, pool, false);  // what ~MemPool does, then:
+  plugin().releasePool(0, pool);
+  plugin().emptyCache(pool);
+  EXPECT_EQ(segments_of_pool(plugin().snapshot(), pool), 0u);
+  EXPECT_EQ(plugin().getPoolUseCount(0, pool), 0);
+}
+
+TEST(TorchPlugin, DefaultPoolFreesWaitForTheEndOfACapture) {
+  void* p = alloc(2 * kMiB);
+  const auto allocated = stats().allocated_bytes[kAll].current;
+  const c10::MempoolId_t pool{104, 0};
+  plugin().beginAllocateToPool(0, pool, [](cudaStream_t) { return false; });
+  plugin().free_block(p);
+  EXPECT_EQ(stats().allocated_bytes[kAll].current, allocated) << "freed during a capture";
+  plugin().endAllocateToPool(0, pool);
+  EXPECT_EQ(stats().allocated_bytes[kAll].current, allocated - 2 * static_cast<std::int64_t>(kMiB));
+  plugin().releasePool(0, pool);
+}
+
+TEST(TorchPlugin, MemoryFractionCapsAndOomObserverRuns) {
+  std::vector<std::size_t> requests;
+  plugin().attachOutOfMemoryObserver(
+      [&requests](int64_t, size_t bytes, size_t, size_t) { requests.push_back(bytes); });
+  const auto ooms = stats().num_ooms;
+  plugin().setMemoryFraction(0.001, 0);  // ~82 MiB of the simulated 80 GiB
+  EXPECT_DOUBLE_EQ(plugin().getMemoryFraction(0), 0.001);
+  try {
+    alloc(200 * kMiB);
+    ADD_FAILURE() << "expected an out-of-memory error";
+  } catch (const c10::OutOfMemoryError& error) {
+    EXPECT_NE(std::string(error.what()).find("CUDA out of memory (vramledger)"), std::string::npos);
+  }
+  plugin().setMemoryFraction(1.0, 0);
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0], 200 * kMiB);
+  EXPECT_EQ(stats().num_ooms, ooms + 1);
+  void* p = alloc(200 * kMiB);
+  plugin().free_block(p);
+  EXPECT_THROW(plugin().setMemoryFraction(1.5, 0), c10::Error);
+}
+
+TEST(TorchPlugin, ResetPeakAndAccumulated) {
+  void* p = alloc(64 * kMiB);
+  plugin().free_block(p);
+  EXPECT_GE(stats().allocated_bytes[kAll].peak, static_cast<std::int64_t>(64 * kMiB));
+  plugin().resetPeakStats(0);
+  EXPECT_EQ(stats().allocated_bytes[kAll].peak, stats().allocated_bytes[kAll].current);
+  plugin().resetAccumulatedStats(0);
+  EXPECT_EQ(stats().allocation[kAll].allocated, 0);
+  EXPECT_EQ(stats().allocated_bytes[kAll].freed, 0);
+}
+
+TEST(TorchPlugin, StatsOfAnUnusedDeviceAreZero) {
+  const auto unused = plugin().getDeviceStats(7);
+  EXPECT_EQ(unused.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(plugin().device_if_created(7), nullptr);
+}
+
+TEST(TorchPlugin, HistoryAndTraceTrackers) {
+  std::atomic<int> tracked{0};
+  plugin().attachAllocatorTraceTracker(
+      [&tracked](const c10_alloc::TraceEntry&) { tracked.fetch_add(1); });
+  plugin().recordHistory(true, nullptr, 1000, c10_alloc::RecordContext::STATE, true, {});
+  EXPECT_TRUE(plugin().isHistoryEnabled());
+  void* p = alloc(5000);
+  plugin().free_block(p);
+  const auto snapshot = plugin().snapshot();
+  ASSERT_GE(snapshot.device_traces.size(), 1u);
+  bool saw_alloc = false;
+  bool saw_free = false;
+  for (const auto& entry : snapshot.device_traces[0]) {
+    if (entry.addr_ == reinterpret_cast<std::size_t>(p)) {
+      saw_alloc |= entry.action_ == c10_alloc::TraceEntry::ALLOC && entry.size_ == 5120;
+      saw_free |= entry.action_ == c10_alloc::TraceEntry::FREE_COMPLETED;
+    }
+  }
+  EXPECT_TRUE(saw_alloc);
+  EXPECT_TRUE(saw_free);
+  EXPECT_EQ(snapshot.device_traces[0].back().action_, c10_alloc::TraceEntry::SNAPSHOT);
+  EXPECT_GE(tracked.load(), 3);
+  plugin().recordHistory(false, nullptr, 0, c10_alloc::RecordContext::NEVER, true, {"alloc"});
+  EXPECT_FALSE(plugin().isHistoryEnabled());
+  EXPECT_TRUE(plugin().snapshot().device_traces[0].empty());
+}
+
+TEST(TorchPlugin, SnapshotMatchesStats) {
+  std::vector<void*> live = {alloc(3 * kMiB), alloc(700), alloc(21 * kMiB)};
+  const auto snapshot = plugin().snapshot();
+  std::int64_t allocated = 0;
+  for (const auto& segment : snapshot.segments) {
+    std::size_t total = 0;
+    for (const auto& block : segment.blocks) total += block.size;
+    EXPECT_EQ(total, segment.total_size);
+    allocated += static_cast<std::int64_t>(segment.allocated_size);
+  }
+  EXPECT_EQ(allocated, stats().allocated_bytes[kAll].current);
+  for (void* p : live) EXPECT_NE(segment_of(snapshot, p), nullptr);
+  for (void* p : live) plugin().free_block(p);
+}
+
+TEST(TorchPlugin, BaseAllocationCacheInfoAndSegmentSizes) {
+  void* p = alloc(64 * kMiB);
+  std::size_t size = 0;
+  void* base = plugin().getBaseAllocation(p, &size);
+  EXPECT_LE(base, p);
+  EXPECT_LT(static_cast<char*>(p), static_cast<char*>(base) + size);
+  EXPECT_FALSE(plugin().getExpandableSegmentSizes(0).empty()) << "simulated device has VMM";
+  plugin().free_block(p);
+  std::size_t largest = 1;
+  plugin().cacheInfo(0, &largest);
+  EXPECT_GE(largest, 64 * kMiB);
+  largest = 0;
+  plugin().cacheInfo(0, &largest);  // 0: starts from the device's free memory
+  EXPECT_GT(largest, 64 * kMiB);
+}
+
+TEST(TorchPlugin, IpcAndCheckpointsAreClearlyRefused) {
+  void* p = alloc(kMiB);
+  try {
+    plugin().shareIpcHandle(p);
+    ADD_FAILURE();
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("vramledger does not support"), std::string::npos);
+  }
+  EXPECT_THROW(plugin().getIpcDevPtr("x"), c10::Error);
+  EXPECT_THROW(plugin().getCheckpointState(0, {1, 0}), c10::Error);
+  EXPECT_THROW(plugin().setNoSplit(0, {1, 0}), c10::Error);
+  plugin().free_block(p);
+}
+
+TEST(TorchPlugin, ConcurrentAllocateAndFree) {
+  const auto before = stats().allocated_bytes[kAll].current;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      std::mt19937 random(static_cast<unsigned>(t));
+      std::vector<void*> live;
+      for (int i = 0; i < 2000; ++i) {
+        if (live.size() < 16 && random() % 3 != 0) {
+          live.push_back(alloc(1 + random() % (4 * kMiB)));
+        } else if (!live.empty()) {
+          plugin().free_block(live.back());
+          live.pop_back();
+        }
+      }
+      for (void* p : live) plugin().free_block(p);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(stats().allocated_bytes[kAll].current, before);
+}
+
+TEST(TorchPlugin, CApi) {
+  EXPECT_EQ(vramledger_tag_push("selftest_weights"), 0);
+  void* p = vramledger_malloc(8192, 0, nullptr);
+  vramledger_tag_pop();
+  vramledger_stats flat{};
+  ASSERT_EQ(vramledger_get_stats(0, &flat), 0);
+  EXPECT_EQ(flat.allocated_bytes.current, stats().allocated_bytes[kAll].current);
+  EXPECT_EQ(vramledger_get_stats(-1, &flat), -1);
+
+  const std::size_t length = vramledger_stats_json(0, nullptr, 0);
+  std::string json(length + 1, '\0');
+  EXPECT_EQ(vramledger_stats_json(0, json.data(), json.size()), length);
+  json.resize(length);
+  EXPECT_NE(json.find("\"allocated_bytes\":{\"all\":{\"current\":"), std::string::npos);
+  EXPECT_NE(json.find("\"selftest_weights\":{\"allocation\""), std::string::npos);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.back(), '}');
+  char small[8];
+  EXPECT_EQ(vramledger_stats_json(0, small, sizeof small), length);
+  EXPECT_EQ(std::string(small), json.substr(0, 7));
+
+  std::string report(vramledger_report(nullptr, 0) + 1, '\0');
+  vramledger_report(report.data(), report.size());
+  EXPECT_NE(report.find("CUDA device 0, backend simulated"), std::string::npos);
+
+  vramledger_free(p, 8192, 0, nullptr);
+  EXPECT_EQ(vramledger_empty_cache(), 0);
+  EXPECT_EQ(vramledger_tag_push(""), -1);
+  EXPECT_NE(std::string(vramledger_last_error()), "");
+}
+
+TEST(TorchPlugin, InstallReplacesTorchsAllocatorOnce) {
+  plugin();
+  ASSERT_FALSE(installed());
+  ASSERT_EQ(vramledger_install("backend:simulated"), 0) << vramledger_last_error();
+  EXPECT_TRUE(installed());
+  EXPECT_EQ(vramledger_is_installed(), 1);
+  EXPECT_EQ(c10::cuda::CUDACachingAllocator::get(), &plugin());
+  EXPECT_EQ(c10::GetAllocator(c10::DeviceType::CUDA), &plugin());
+  EXPECT_EQ(vramledger_install("backend:simulated"), 0) << "same config: no-op";
+  EXPECT_EQ(vramledger_install(""), 0) << "no config: no-op";
+  EXPECT_EQ(vramledger_install("backend:vmm"), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("already installed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vramledger::torch_plugin

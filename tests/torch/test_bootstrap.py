@@ -1,0 +1,142 @@
+"""The `vramledger run` machinery, with stand-in `torch` and `vramledger` packages: these tests
+need neither torch nor a GPU. They check that the startup hook installs right after `import
+torch` completes (before user code can allocate), never imports torch itself, keeps the
+program's own sitecustomize, reports at exit, and fails loudly when installing fails."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO
+
+BOOTSTRAP = os.path.join(REPO, "python", "vramledger", "_bootstrap")
+PACKAGE_ROOT = os.path.join(REPO, "python")
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+def _fake_packages(tmp_path, install_body="pass"):
+    fake = tmp_path / "fake"
+    _write(fake / "torch" / "__init__.py", """
+        import os
+        with open(os.environ["MARK"], "a") as handle:
+            handle.write("torch imported\\n")
+        ready = True  # set last: install must see a fully imported torch
+    """)
+    _write(fake / "vramledger" / "__init__.py", f"""
+        import os
+        def install(conf):
+            import torch
+            assert torch.ready, "installed before torch finished importing"
+            {install_body}
+            with open(os.environ["MARK"], "a") as handle:
+                handle.write(f"installed [{{conf}}]\\n")
+        def report():
+            return "REPORT TEXT\\n"
+    """)
+    return fake
+
+
+def _run(code, tmp_path, fake, extra_paths=(), **env_extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([BOOTSTRAP, str(fake), *map(str, extra_paths)])
+    env["MARK"] = str(tmp_path / "mark.txt")
+    env["VRAMLEDGER_AUTOINSTALL"] = "1"
+    env.pop("VRAMLEDGER_REPORT", None)
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _mark(tmp_path):
+    path = tmp_path / "mark.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_installs_right_after_torch_import(tmp_path):
+    fake = _fake_packages(tmp_path)
+    result = _run("""
+        import os
+        import torch
+        with open(os.environ["MARK"], "a") as handle:
+            handle.write("user code\\n")
+    """, tmp_path, fake, VRAMLEDGER_CONF="backend:vmm")
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path) == ["torch imported", "installed [backend:vmm]", "user code"]
+
+
+def test_programs_without_torch_are_untouched(tmp_path):
+    fake = _fake_packages(tmp_path)
+    result = _run("import sys; print('torch' in sys.modules, 'vramledger' in sys.modules)",
+                  tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False False"
+    assert _mark(tmp_path) == []
+
+
+def test_hook_is_inert_without_autoinstall(tmp_path):
+    fake = _fake_packages(tmp_path)
+    result = _run("import torch", tmp_path, fake, VRAMLEDGER_AUTOINSTALL="0")
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path) == ["torch imported"]
+
+
+def test_shadowed_sitecustomize_still_runs(tmp_path):
+    fake = _fake_packages(tmp_path)
+    other = tmp_path / "other"
+    _write(other / "sitecustomize.py", """
+        import os
+        with open(os.environ["MARK"], "a") as handle:
+            handle.write("program's sitecustomize\\n")
+    """)
+    result = _run("import torch", tmp_path, fake, extra_paths=[other])
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path) == ["program's sitecustomize", "torch imported", "installed []"]
+
+
+def test_report_at_exit(tmp_path):
+    fake = _fake_packages(tmp_path)
+    report = tmp_path / "report.txt"
+    result = _run("import torch", tmp_path, fake, VRAMLEDGER_REPORT=str(report))
+    assert result.returncode == 0, result.stderr
+    assert "REPORT TEXT" in report.read_text()
+    result = _run("import torch", tmp_path, fake, VRAMLEDGER_REPORT="stderr")
+    assert "REPORT TEXT" in result.stderr
+
+
+def test_failed_install_fails_the_import(tmp_path):
+    fake = _fake_packages(tmp_path, install_body="raise RuntimeError('refused for a reason')")
+    result = _run("import torch\nprint('should not get here')", tmp_path, fake)
+    assert result.returncode != 0
+    assert "refused for a reason" in result.stderr
+    assert "should not get here" not in result.stdout
+
+
+def test_cli_run_sets_up_the_environment(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        from vramledger.cli import main
+        main(["run", "--conf", "backend:cuda_malloc", "--report", "--", sys.executable, "-c",
+              "import os; print(os.environ['VRAMLEDGER_CONF'], os.environ['VRAMLEDGER_AUTOINSTALL'],"
+              " os.environ['VRAMLEDGER_REPORT'], os.environ['PYTHONPATH'].split(os.pathsep)[0])"])
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VRAMLEDGER_")}
+    result = subprocess.run([sys.executable, "-c", code, PACKAGE_ROOT], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    conf, autoinstall, report, first_path = result.stdout.split()
+    assert (conf, autoinstall, report) == ("backend:cuda_malloc", "1", "stderr")
+    assert os.path.samefile(first_path, BOOTSTRAP)
+
+
+def test_cli_run_without_command_is_an_error():
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from vramledger.cli import main; sys.exit(main(['run', '--']))"
+    result = subprocess.run([sys.executable, "-c", code, PACKAGE_ROOT], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert "no command given" in result.stderr

@@ -1,0 +1,313 @@
+"""vramledger installed as torch's CUDA allocator in this process (at collection time, before any
+CUDA allocation): torch's own memory APIs must answer with vramledger's numbers, and CUDA
+graphs, streams, cudnn and OOM handling must work through it.
+
+VRAMLEDGER_TEST_CONF picks the configuration (e.g. "backend:cuda_malloc"); run_on_gpu.sh runs
+the suite once per backend.
+"""
+
+import gc
+import os
+
+import pytest
+
+from conftest import GPU_SKIP_REASON, needs_gpu
+
+pytestmark = needs_gpu
+
+if GPU_SKIP_REASON is None:
+    import torch
+    import vramledger
+
+    vramledger.install(os.environ.get("VRAMLEDGER_TEST_CONF", ""))
+
+MiB = 1 << 20
+
+
+def _settle():
+    gc.collect()
+    torch.cuda.synchronize()
+
+
+def _torch_flat_stats():
+    return torch.cuda.memory_stats()
+
+
+TORCH_KEYS = [
+    f"{name}.{pool}.{field}"
+    for name in ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                 "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes")
+    for pool in ("all", "small_pool", "large_pool")
+    for field in ("current", "peak", "allocated", "freed")
+] + ["num_alloc_retries", "num_ooms"]
+
+
+def test_installed_as_torchs_allocator():
+    assert vramledger.is_installed()
+    assert torch.cuda.memory.get_allocator_backend() == "vramledger"
+    x = torch.ones(10, device="cuda")
+    assert x.sum().item() == 10
+
+
+def test_torch_memory_stats_are_ours():
+    _settle()
+    keep = [torch.empty(n, dtype=torch.uint8, device="cuda")
+            for n in (1, 511, 513, 4096, 1 * MiB + 1, 7 * MiB, 33 * MiB)]
+    _settle()
+    theirs = _torch_flat_stats()
+    ours = vramledger.flat_stats()
+    for key in TORCH_KEYS:
+        assert theirs[key] == ours[key], key
+    assert torch.cuda.memory_allocated() == ours["allocated_bytes.all.current"]
+    assert torch.cuda.memory_reserved() == ours["reserved_bytes.all.current"]
+    assert torch.cuda.max_memory_allocated() == ours["allocated_bytes.all.peak"]
+    assert torch.cuda.max_memory_reserved() == ours["reserved_bytes.all.peak"]
+    assert ours["reserved_bytes.all.current"] >= ours["allocated_bytes.all.current"]
+    del keep
+
+
+def test_requested_and_allocated_bytes_count_exactly():
+    _settle()
+    before = vramledger.stats()
+    x = torch.empty(1000, dtype=torch.uint8, device="cuda")  # rounds to 1024 (512-byte rounding)
+    after = vramledger.stats()
+    requested = after["requested_bytes"]["all"]["current"] - before["requested_bytes"]["all"]["current"]
+    allocated = after["allocated_bytes"]["all"]["current"] - before["allocated_bytes"]["all"]["current"]
+    assert requested == 1000
+    assert allocated == 1024
+    assert after["allocation"]["small_pool"]["current"] == before["allocation"]["small_pool"]["current"] + 1
+    del x
+    again = vramledger.stats()
+    assert again["allocated_bytes"]["all"]["current"] == before["allocated_bytes"]["all"]["current"]
+
+
+def test_reset_peak_and_accumulated_stats():
+    _settle()
+    big = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    del big
+    assert torch.cuda.max_memory_allocated() >= 64 * MiB + torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    assert torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+    assert vramledger.stats()["allocated_bytes"]["all"]["peak"] == torch.cuda.memory_allocated()
+    torch.cuda.reset_accumulated_memory_stats()
+    stats = torch.cuda.memory_stats()
+    assert stats["allocation.all.allocated"] == 0
+    assert stats["allocated_bytes.all.freed"] == 0
+
+
+def test_empty_cache_returns_memory():
+    _settle()
+    blocks = [torch.empty(48 * MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    del blocks
+    _settle()
+    reserved_before = torch.cuda.memory_reserved()
+    frees_before = vramledger.stats()["num_device_free"]
+    assert reserved_before - torch.cuda.memory_allocated() >= 4 * 48 * MiB
+    torch.cuda.empty_cache()
+    reserved_after = torch.cuda.memory_reserved()
+    assert reserved_after <= reserved_before - 4 * 48 * MiB
+    assert vramledger.stats()["reserved_bytes"]["all"]["current"] == reserved_after
+    assert vramledger.stats()["num_device_free"] > frees_before
+
+
+def test_memory_snapshot_describes_our_blocks():
+    _settle()
+    keep = [torch.empty(n, dtype=torch.uint8, device="cuda") for n in (3 * MiB, 5000, 21 * MiB)]
+    segments = torch.cuda.memory_snapshot()
+    assert segments, "no segments in the snapshot"
+    allocated = sum(s["allocated_size"] for s in segments)
+    assert allocated == torch.cuda.memory_allocated()
+    requested = sum(s["requested_size"] for s in segments)
+    assert requested == vramledger.stats()["allocated_requested_bytes"]["all"]["current"]
+    addresses = set()
+    for segment in segments:
+        assert sum(b["size"] for b in segment["blocks"]) == segment["total_size"]
+        address = segment["address"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                addresses.add(address)
+            address += block["size"]
+    for tensor in keep:
+        assert tensor.data_ptr() in addresses
+    del keep
+
+
+def test_memory_history_and_pickled_snapshot(tmp_path):
+    torch.cuda.memory._record_memory_history(max_entries=10000)
+    try:
+        x = torch.empty(2 * MiB, dtype=torch.uint8, device="cuda")
+        address = x.data_ptr()
+        del x
+        snapshot = torch.cuda.memory._snapshot()
+        trace = snapshot["device_traces"][torch.cuda.current_device()]
+        actions = [(e["action"], e["addr"]) for e in trace]
+        assert ("alloc", address) in actions
+        assert ("free_requested", address) in actions or ("free_completed", address) in actions
+        path = tmp_path / "snapshot.pickle"
+        torch.cuda.memory._dump_snapshot(str(path))
+        assert path.stat().st_size > 0
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def test_raw_caching_allocator_calls():
+    _settle()
+    before = torch.cuda.memory_allocated()
+    ptr = torch.cuda.caching_allocator_alloc(3 * MiB)
+    assert torch.cuda.memory_allocated() == before + 3 * MiB
+    torch.cuda.caching_allocator_delete(ptr)
+    assert torch.cuda.memory_allocated() == before
+    free, total = torch.cuda.mem_get_info()
+    assert 0 < free <= total
+
+
+def test_cuda_graph_capture_of_allocating_ops():
+    _settle()
+    static_in = torch.randn(1 << 16, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the graph, as torch recommends
+        for _ in range(2):
+            static_out = (static_in * 2 + 1).relu().sum(dim=0, keepdim=True) + static_in
+    torch.cuda.current_stream().wait_stream(side)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        # (static_in * 2 + 1) and its relu are temporaries: allocated and freed inside the
+        # capture, so the graph reuses their memory on every replay.
+        static_out = (static_in * 2 + 1).relu() + static_in
+    pool_id = graph.pool()
+    pool_segments = [s for s in torch.cuda.memory_snapshot()
+                     if tuple(s["segment_pool_id"]) == tuple(pool_id)]
+    assert pool_segments, "the graph's allocations are not in its private pool"
+
+    for _ in range(3):
+        static_in.copy_(torch.randn_like(static_in))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = (static_in * 2 + 1).relu() + static_in
+        assert torch.equal(static_out, expected)
+
+    # A second graph sharing the first one's pool.
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2, pool=pool_id):
+        static_out2 = static_out * 3
+    graph.replay()
+    graph2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out2, static_out * 3)
+
+    del graph, graph2, static_out, static_out2
+    _settle()
+    torch.cuda.empty_cache()
+    leftover = [s for s in torch.cuda.memory_snapshot()
+                if tuple(s["segment_pool_id"]) == tuple(pool_id)]
+    assert leftover == [], "the released graph pool still holds segments"
+    assert torch.cuda.memory_allocated() == vramledger.stats()["allocated_bytes"]["all"]["current"]
+
+
+def test_mem_pool_context():
+    _settle()
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        inside = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+    outside = torch.empty(5 * MiB, dtype=torch.uint8, device="cuda")
+    pool_segments = [s for s in torch.cuda.memory_snapshot()
+                     if tuple(s["segment_pool_id"]) == tuple(pool.id)]
+    starts = set()
+    for segment in pool_segments:
+        address = segment["address"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                starts.add(address)
+            address += block["size"]
+    assert inside.data_ptr() in starts
+    assert outside.data_ptr() not in starts
+    del inside, outside, pool
+    _settle()
+
+
+def test_record_stream_defers_reuse():
+    _settle()
+    n = 16 * MiB // 4
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        a = torch.ones(n, device="cuda")  # allocated on the side stream
+    main.wait_stream(side)
+    torch.cuda._sleep(200_000_000)  # keep the main stream busy (~0.1 s)
+    b = a * 2                       # queued on main, behind the sleep
+    a.record_stream(main)
+    address = a.data_ptr()
+    del a
+    stats = vramledger.stats()
+    # Freed, but still active until the main stream has passed b = a * 2.
+    assert stats["active_bytes"]["all"]["current"] > stats["allocated_bytes"]["all"]["current"]
+    with torch.cuda.stream(side):
+        c = torch.zeros(n, device="cuda")  # must not land on a's memory yet
+    assert c.data_ptr() != address
+    torch.cuda.synchronize()
+    assert torch.equal(b, torch.full_like(b, 2))
+    del b, c
+
+
+def test_cudnn_benchmark_conv_training_step():
+    _settle()
+    torch.backends.cudnn.benchmark = True
+    try:
+        torch.manual_seed(0)
+        conv = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 32, 3, padding=1)).cuda()
+        x = torch.randn(16, 3, 64, 64, device="cuda")
+        for _ in range(3):
+            conv.zero_grad()
+            conv(x).square().mean().backward()
+        torch.cuda.synchronize()
+        assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in conv.parameters())
+        reference = conv.cpu()(x.cpu())
+        result = conv.cuda()(x).cpu()
+        assert torch.allclose(result, reference, atol=1e-3, rtol=1e-3)
+    finally:
+        torch.backends.cudnn.benchmark = False
+
+
+def test_tags_count_allocations():
+    _settle()
+    with vramledger.tag("test_weights"):
+        w = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+        with vramledger.tag("test_inner"):
+            v = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    u = torch.empty(MiB, dtype=torch.uint8, device="cuda")
+    tags = vramledger.stats()["tags"]
+    assert tags["test_weights"]["requested_bytes"]["current"] == 3 * MiB
+    assert tags["test_inner"]["requested_bytes"]["current"] == MiB
+    del w, v, u
+    tags = vramledger.stats()["tags"]
+    assert tags["test_weights"]["allocated_bytes"]["current"] == 0
+
+
+def test_memory_fraction_caps_and_oom_observer():
+    _settle()
+    torch.cuda.empty_cache()
+    seen = []
+    torch._C._cuda_attach_out_of_memory_observer(lambda *args: seen.append(args))
+    total = torch.cuda.get_device_properties(0).total_memory
+    ooms_before = torch.cuda.memory_stats()["num_ooms"]
+    torch.cuda.set_per_process_memory_fraction(0.01)
+    try:
+        if hasattr(torch.cuda, "get_per_process_memory_fraction"):
+            assert abs(torch.cuda.get_per_process_memory_fraction() - 0.01) < 1e-9
+        with pytest.raises(torch.OutOfMemoryError, match="vramledger"):
+            torch.empty(int(total * 0.02), dtype=torch.uint8, device="cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert torch.cuda.memory_stats()["num_ooms"] == ooms_before + 1
+    assert seen, "the out-of-memory observer was not called"
+    ok = torch.empty(int(total * 0.02), dtype=torch.uint8, device="cuda")
+    del ok
+
+
+def test_report_mentions_reserved():
+    text = vramledger.report()
+    assert "vramledger" in text and "installed" in text

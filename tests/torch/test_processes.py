@@ -1,0 +1,200 @@
+"""Cases that need a fresh interpreter each: installing after torch allocated (refused), after
+torch initialised CUDA but allocated nothing (allowed), the CUDAPluggableAllocator path, a
+MemPool over vramledger's pluggable functions in an otherwise native process, and real models
+trained for three steps under `vramledger run` versus the native allocator, which must give
+bitwise-identical losses."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import needs_gpu, run_python
+
+pytestmark = needs_gpu
+
+MiB = 1 << 20
+
+
+def _result(completed):
+    """The JSON a script printed on its RESULT line."""
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    for line in completed.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError("no RESULT line:\n" + completed.stdout + completed.stderr)
+
+
+def test_install_is_refused_after_a_native_allocation():
+    completed = run_python("""
+        import json, torch, vramledger
+        x = torch.ones(1, device="cuda")
+        try:
+            vramledger.install()
+            outcome = "installed"
+        except RuntimeError as error:
+            outcome = str(error)
+        print("RESULT", json.dumps({"outcome": outcome,
+                                    "backend": torch.cuda.memory.get_allocator_backend()}))
+    """)
+    result = _result(completed)
+    assert "cannot install" in result["outcome"]
+    assert "already allocated memory on device 0" in result["outcome"]
+    assert result["backend"] == "native"
+
+
+def test_install_after_cuda_init_without_allocations():
+    completed = run_python("""
+        import json, torch, vramledger
+        torch.cuda.init()               # torch's lazy init ran, but nothing was allocated
+        vramledger.install()
+        x = torch.ones(MiB_, device="cuda")
+        stats = vramledger.stats()
+        print("RESULT", json.dumps({"backend": torch.cuda.memory.get_allocator_backend(),
+                                    "requested": stats["requested_bytes"]["all"]["current"],
+                                    "torch_allocated": torch.cuda.memory_allocated()}))
+    """.replace("MiB_", str(MiB // 4)))
+    result = _result(completed)
+    assert result["backend"] == "vramledger"
+    assert result["requested"] == MiB
+    assert result["torch_allocated"] >= MiB
+
+
+def test_pluggable_allocator_path():
+    completed = run_python("""
+        import json, torch, vramledger
+        torch.cuda.memory.change_current_allocator(vramledger.pluggable_allocator())
+        x = torch.ones(MiB_, device="cuda")
+        y = (x * 2).sum().item()
+        during = vramledger.stats(0)
+        del x
+        torch.cuda.synchronize()
+        after = vramledger.stats(0)
+        print("RESULT", json.dumps({"sum": y, "backend": torch.cuda.memory.get_allocator_backend(),
+                                    "installed": vramledger.is_installed(),
+                                    "requested_during": during["requested_bytes"]["all"]["current"],
+                                    "allocated_after": after["allocated_bytes"]["all"]["current"]}))
+    """.replace("MiB_", str(MiB // 4)))
+    result = _result(completed)
+    assert result["sum"] == 2 * (MiB // 4)
+    assert result["backend"] == "pluggable"
+    assert result["installed"] is False
+    assert result["requested_during"] >= MiB
+    assert result["allocated_after"] == 0
+
+
+def test_mem_pool_over_pluggable_functions_in_a_native_process():
+    completed = run_python("""
+        import json, torch, vramledger
+        pool = torch.cuda.MemPool(vramledger.pluggable_allocator().allocator())
+        with torch.cuda.use_mem_pool(pool):
+            x = torch.ones(MiB_, device="cuda")
+        native = torch.ones(MiB_, device="cuda")   # outside the pool: torch's own memory
+        during = vramledger.stats(0)["allocated_bytes"]["all"]["current"]
+        ok = bool((x + native).eq(2).all().item())
+        del x, native
+        del pool
+        torch.cuda.synchronize()
+        after = vramledger.stats(0)["allocated_bytes"]["all"]["current"]
+        print("RESULT", json.dumps({"ok": ok, "during": during, "after": after,
+                                    "backend": torch.cuda.memory.get_allocator_backend()}))
+    """.replace("MiB_", str(MiB // 4)))
+    result = _result(completed)
+    assert result["ok"]
+    assert result["backend"] == "native"
+    assert result["during"] >= MiB      # the pool's segment came from vramledger
+    assert result["after"] == 0         # and went back to it with the pool
+
+
+# Deterministic settings: cuDNN/cuBLAS deterministic algorithms, and losses computed without
+# gather/nll_loss (whose backward may use atomics): log_softmax times a one-hot mask.
+COMMON = """
+    import json, sys, torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cuda.enable_flash_sdp(False)
+    torch.backends.cuda.enable_mem_efficient_sdp(False)
+
+    def loss_of(logits, labels):
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        onehot = torch.nn.functional.one_hot(labels, logits.shape[-1]).to(logp.dtype)
+        return -(logp * onehot).sum(-1).mean()
+
+    def train(model, batches, opt):
+        losses = []
+        for inputs, labels in batches:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_of(model(inputs), labels)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item().hex())
+        torch.cuda.synchronize()
+        print("RESULT", json.dumps({"losses": losses,
+                                    "backend": torch.cuda.memory.get_allocator_backend(),
+                                    "peak_allocated": torch.cuda.max_memory_allocated(),
+                                    "peak_reserved": torch.cuda.max_memory_reserved()}))
+"""
+
+TRAIN_RESNET = COMMON + """
+    import torchvision
+
+    class GlobalMean(torch.nn.Module):  # AdaptiveAvgPool2d(1) whose backward has no atomics
+        def forward(self, x):
+            return x.mean(dim=(2, 3), keepdim=True)
+
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    model.avgpool = GlobalMean()
+    model = model.cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(16, 3, 64, 64, generator=gen).cuda(),
+                torch.randint(0, 10, (16,), generator=gen).cuda()) for _ in range(3)]
+    train(model, batches, opt)
+"""
+
+TRAIN_GPT2 = COMMON + """
+    try:
+        import transformers
+        config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000,
+                                         n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
+                                         attn_pdrop=0.0)
+        gpt2 = transformers.GPT2LMHeadModel(config).cuda()
+    except Exception as error:  # not installed, or an API this test does not know
+        print("RESULT", json.dumps({"skip": f"transformers GPT-2 unavailable: {error!r}"}))
+        sys.exit(0)
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+        def forward(self, ids):
+            return self.inner(input_ids=ids).logits[:, :-1]
+
+    model = Logits(gpt2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(3):
+        ids = torch.randint(0, 1000, (4, 64), generator=gen).cuda()
+        batches.append((ids, ids[:, 1:]))
+    train(model, batches, opt)
+"""
+
+
+@pytest.mark.parametrize("script", [TRAIN_RESNET, TRAIN_GPT2], ids=["resnet18", "gpt2"])
+def test_training_is_bitwise_identical_to_native(script):
+    env = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "PYTHONHASHSEED": "0"}
+    native = _result(run_python(script, env_extra=env))
+    if "skip" in native:
+        pytest.skip(native["skip"])
+    ours = _result(run_python(script, env_extra=env,
+                              prefix=[sys.executable, "-m", "vramledger", "run", "--"]))
+    assert native["backend"] == "native"
+    assert ours["backend"] == "vramledger"
+    assert ours["losses"] == native["losses"]
+    # For the record (bench/results/torch): peaks under each allocator.
+    print(f"native peak allocated {native['peak_allocated']} reserved {native['peak_reserved']}; "
+          f"vramledger peak allocated {ours['peak_allocated']} reserved {ours['peak_reserved']}")

@@ -1,0 +1,137 @@
+// Everything vramledger holds for one CUDA device: the backend, the ledger, torch's history, the
+// default pool and the private pools, and which pool an allocation on a given stream goes to
+// while CUDA graphs are being captured.
+//
+// Private pools follow PyTorch's use-count rules: createOrIncrefPool / beginAllocateToPool add a
+// user, releasePool removes one; a pool whose count reached zero is retired, and is destroyed
+// (its memory returned) once its last block is freed.
+#pragma once
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "accounting/ledger.hpp"
+#include "allocator/config.hpp"
+#include "allocator/device_backend.hpp"
+#include "torch_plugin/event_gate.hpp"
+#include "torch_plugin/memory_pool.hpp"
+#include "torch_plugin/torch_history.hpp"
+
+namespace vramledger::torch_plugin {
+
+using StreamFilter = std::function<bool(cudaStream_t)>;
+
+// True while torch routes allocations to a private pool on any device, i.e. while a CUDA graph
+// may be capturing: device calls must then run in relaxed capture mode, and memory a capture may
+// reference must not be returned.
+bool any_capture_underway();
+
+// VRAMLEDGER_TORCH_ALLOW_SIMULATED=1 lets backend:simulated serve the plugin: fake addresses and
+// no CUDA calls, for the plugin's own tests on machines without a GPU.
+bool simulated_backend_allowed();
+
+class DeviceAllocators {
+ public:
+  // Creates the backend named by config.backend ("auto" picks vmm where the device supports it,
+  // else cuda_malloc). Throws Error when the device or backend cannot be used.
+  DeviceAllocators(c10::DeviceIndex device, const Config& config);
+  ~DeviceAllocators();
+  DeviceAllocators(const DeviceAllocators&) = delete;
+  DeviceAllocators& operator=(const DeviceAllocators&) = delete;
+
+  c10::DeviceIndex device() const { return device_; }
+  DeviceBackend& backend() { return *backend_; }
+  const BackendInfo& backend_info() const { return backend_->info(); }
+  // Whether the default pool places blocks in the paged (VMM) heap.
+  bool default_pool_is_paged() const { return paged_; }
+  // No CUDA behind it (tests): no capture-mode switching either.
+  bool is_simulated() const { return backend_->info().name == "simulated"; }
+  TorchHistory& history() { return history_; }
+  MemoryPool& default_pool() { return *default_pool_; }
+
+  // The pool an allocation on `stream` belongs to, with its live_blocks already raised (the
+  // caller lowers it again if the allocation fails).
+  MemoryPool& acquire_pool_for(cudaStream_t stream);
+  // Pools that volunteer memory when the default pool is out of it (MemPool(use_on_oom=True)),
+  // each acquired as above.
+  std::vector<MemoryPool*> acquire_oom_fallback_pools();
+  // Called after a block of `pool` was freed (or an acquisition was abandoned).
+  void release_block_of(MemoryPool& pool);
+
+  // torch's pool API.
+  void create_or_incref_pool(c10::MempoolId_t id,
+                             std::shared_ptr<c10_alloc::CUDAAllocator> foreign);
+  void begin_allocate_to_pool(c10::MempoolId_t id, StreamFilter filter);
+  void end_allocate_to_pool(c10::MempoolId_t id);
+  void release_pool(c10::MempoolId_t id);
+  int pool_use_count(c10::MempoolId_t id);
+  void set_use_on_oom(c10::MempoolId_t id, bool use_on_oom);
+  bool captures_underway() const { return route_count_.load(std::memory_order_acquire) > 0; }
+  bool has_retired_pools() const;
+
+  // {0,0}: the default pool and every retired pool; otherwise that pool, if torch released it
+  // (a pool still in use keeps its memory, as in PyTorch). Does nothing while a capture is
+  // underway.
+  void empty_cache(c10::MempoolId_t id);
+
+  // Memory fraction: a cap on each pool's reserved bytes (0 = none).
+  void set_cap(std::size_t cap_bytes);
+  std::size_t cap() const;
+
+  // Calls visit(pool) for the default pool and the private pools (live and retired) whose id
+  // matches (all of them for {0,0}), while no pool can be destroyed.
+  void for_each_pool(c10::MempoolId_t id, const std::function<void(MemoryPool&)>& visit,
+                     bool all_pools);
+
+  // Ledger reads and resets, under the gate lock.
+  LedgerCounters counters() const;
+  std::vector<TagUsage> per_tag() const;
+  void reset_peaks();
+  void reset_accumulated();
+  std::string describe() const;
+  // The ledger's text account (accounting/text_report.hpp) under a header naming the device.
+  std::string report() const;
+
+  // Frees that must wait for the end of all captures (see VramledgerAllocator::free_block).
+  void defer_free(void* ptr);
+  std::vector<void*> take_deferred_frees();
+
+ private:
+  struct Route {
+    c10::MempoolId_t id;
+    StreamFilter filter;
+  };
+
+  MemoryPool& private_pool_locked(c10::MempoolId_t id);  // throws if unknown
+  void create_or_incref_pool_locked(c10::MempoolId_t id,
+                                    std::shared_ptr<c10_alloc::CUDAAllocator> foreign);
+  void retire_locked(std::map<c10::MempoolId_t, std::unique_ptr<MemoryPool>>::iterator it);
+  void destroy_empty_retired_locked();
+
+  const c10::DeviceIndex device_;
+  const Config config_;
+  std::unique_ptr<DeviceBackend> backend_;
+  std::unique_ptr<DeviceBackend> pool_segment_backend_;  // cudaMalloc for private pools
+  bool paged_ = false;
+  Ledger ledger_;
+  TorchHistory history_;
+  EventGate gate_;
+  std::unique_ptr<MemoryPool> default_pool_;
+
+  mutable std::mutex pools_mutex_;
+  std::map<c10::MempoolId_t, std::unique_ptr<MemoryPool>> private_pools_;
+  std::vector<std::unique_ptr<MemoryPool>> retired_pools_;
+  std::vector<Route> routes_;
+  std::atomic<int> route_count_{0};
+  std::vector<void*> deferred_frees_;
+  std::size_t cap_bytes_ = 0;
+};
+
+}  // namespace vramledger::torch_plugin

@@ -1,0 +1,42 @@
+#include "torch_plugin/memory_pool.hpp"
+
+#include <utility>
+
+namespace vramledger::torch_plugin {
+
+MemoryPool::MemoryPool(DeviceBackend& backend, EventGate& gate, const AllocatorOptions& options)
+    : observer_(gate, {0, 0}),
+      policy_(std::make_unique<CachingAllocator>(backend, &observer_, options)) {}
+
+MemoryPool::MemoryPool(c10::MempoolId_t id, DeviceBackend& segments, DeviceBackend& services,
+                       std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign,
+                       EventGate& gate, const AllocatorOptions& options)
+    : id_(id),
+      private_backend_(
+          std::make_unique<PrivatePoolBackend>(segments, services, std::move(foreign))),
+      observer_(gate, id) {
+  AllocatorOptions pool_options = options;
+  pool_options.use_paged_heap = false;
+  policy_ = std::make_unique<CachingAllocator>(*private_backend_, &observer_, pool_options);
+}
+
+MemoryPool::~MemoryPool() {
+  // The allocator returns its cached segments on destruction: that must be allowed now.
+  if (private_backend_) private_backend_->allow_release(true);
+  policy_.reset();
+}
+
+void MemoryPool::set_in_use(bool in_use) {
+  if (private_backend_) private_backend_->allow_release(!in_use);
+}
+
+bool MemoryPool::holds_nothing() const {
+  if (live_blocks.load() != 0) return false;
+  const BlockCensus census = policy_->census();
+  for (const auto& pool : census.pools) {
+    if (pool.reserved_bytes != 0 || pool.active != 0) return false;
+  }
+  return census.free_physical_pages == 0;
+}
+
+}  // namespace vramledger::torch_plugin

@@ -1,0 +1,166 @@
+#include "torch_plugin/stats_json.hpp"
+
+#include <cstdio>
+#include <string_view>
+
+#include "accounting/fragmentation.hpp"
+#include "accounting/tag_registry.hpp"
+#include "torch_plugin/device_allocators.hpp"
+
+namespace vramledger::torch_plugin {
+
+namespace {
+
+// A minimal JSON object writer: keys and values are appended in order, commas handled here.
+class JsonObject {
+ public:
+  explicit JsonObject(std::string& out) : out_(out) { out_ += '{'; }
+  ~JsonObject() { out_ += '}'; }
+  JsonObject(const JsonObject&) = delete;
+  JsonObject& operator=(const JsonObject&) = delete;
+
+  std::string& key(std::string_view name) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    append_string(out_, name);
+    out_ += ':';
+    return out_;
+  }
+  void number(std::string_view name, std::int64_t value) { key(name) += std::to_string(value); }
+  void real(std::string_view name, const std::optional<double>& value) {
+    std::string& out = key(name);
+    if (!value) {
+      out += "null";
+      return;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", *value);
+    out += text;
+  }
+  void boolean(std::string_view name, bool value) { key(name) += value ? "true" : "false"; }
+  void string(std::string_view name, std::string_view value) { append_string(key(name), value); }
+
+  static void append_string(std::string& out, std::string_view text) {
+    out += '"';
+    for (const char c : text) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += c;
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
+        out += escaped;
+      } else {
+        out += c;
+      }
+    }
+    out += '"';
+  }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+void write_stat(JsonObject& parent, std::string_view name, const Stat& stat) {
+  std::string& out = parent.key(name);
+  JsonObject object(out);
+  object.number("current", stat.current);
+  object.number("peak", stat.peak);
+  object.number("allocated", stat.allocated);
+  object.number("freed", stat.freed);
+}
+
+template <typename Member>
+void write_pooled(JsonObject& parent, std::string_view name, const LedgerCounters& counters,
+                  Member member) {
+  std::string& out = parent.key(name);
+  JsonObject pools(out);
+  write_stat(pools, "all", counters.pool(StatPool::kAggregate).*member);
+  write_stat(pools, "small_pool", counters.pool(StatPool::kSmall).*member);
+  write_stat(pools, "large_pool", counters.pool(StatPool::kLarge).*member);
+}
+
+void write_counters(JsonObject& object, const LedgerCounters& counters,
+                    const std::vector<TagUsage>& tags) {
+  write_pooled(object, "allocation", counters, &PoolCounters::allocation);
+  write_pooled(object, "segment", counters, &PoolCounters::segment);
+  write_pooled(object, "active", counters, &PoolCounters::active);
+  write_pooled(object, "inactive_split", counters, &PoolCounters::inactive_split);
+  write_pooled(object, "allocated_bytes", counters, &PoolCounters::allocated_bytes);
+  write_pooled(object, "reserved_bytes", counters, &PoolCounters::reserved_bytes);
+  write_pooled(object, "active_bytes", counters, &PoolCounters::active_bytes);
+  write_pooled(object, "inactive_split_bytes", counters, &PoolCounters::inactive_split_bytes);
+  write_pooled(object, "requested_bytes", counters, &PoolCounters::requested_bytes);
+  write_pooled(object, "mapped_bytes", counters, &PoolCounters::mapped_bytes);
+  write_pooled(object, "virtual_bytes", counters, &PoolCounters::virtual_bytes);
+  write_pooled(object, "allocated_requested_bytes", counters,
+               &PoolCounters::allocated_requested_bytes);
+  write_pooled(object, "physical_bytes", counters, &PoolCounters::physical_bytes);
+  object.number("num_alloc_retries", counters.num_alloc_retries);
+  object.number("num_ooms", counters.num_ooms);
+  object.number("num_device_alloc", counters.num_device_alloc);
+  object.number("num_device_free", counters.num_device_free);
+  object.number("num_maps", counters.num_maps);
+  object.number("num_unmaps", counters.num_unmaps);
+  object.number("active_bytes_at_peak_reserved", counters.active_bytes_at_peak_reserved);
+
+  const FragmentationMetrics metrics = measure_fragmentation(counters);
+  {
+    std::string& out = object.key("fragmentation");
+    JsonObject fragmentation(out);
+    fragmentation.real("gmlake_ratio", metrics.gmlake_ratio);
+    fragmentation.real("ratio_at_peak_reserved", metrics.ratio_at_peak_reserved);
+    fragmentation.real("overhead_ratio", metrics.overhead_ratio);
+    fragmentation.number("peak_reserved_bytes", metrics.peak_reserved_bytes);
+    fragmentation.number("peak_requested_bytes", metrics.peak_requested_bytes);
+    fragmentation.number("peak_active_bytes", metrics.peak_active_bytes);
+  }
+  {
+    std::string& out = object.key("tags");
+    JsonObject by_tag(out);
+    for (const TagUsage& entry : tags) {
+      const std::string name = entry.is_overflow ? std::string("(overflow)") : tag_name(entry.tag);
+      std::string& tag_out = by_tag.key(name);
+      JsonObject usage(tag_out);
+      write_stat(usage, "allocation", entry.usage.allocation);
+      write_stat(usage, "allocated_bytes", entry.usage.allocated_bytes);
+      write_stat(usage, "requested_bytes", entry.usage.requested_bytes);
+      write_stat(usage, "active_bytes", entry.usage.active_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+std::string stats_json(const DeviceAllocators& device) {
+  const LedgerCounters counters = device.counters();
+  const std::vector<TagUsage> tags = device.per_tag();
+  std::string out;
+  {
+    JsonObject object(out);
+    object.number("device", device.device());
+    object.string("backend", device.backend_info().name);
+    object.boolean("paged_heap", device.default_pool_is_paged());
+    object.number("cap_bytes", static_cast<std::int64_t>(device.cap()));
+    object.number("total_bytes", static_cast<std::int64_t>(device.backend_info().total_bytes));
+    write_counters(object, counters, tags);
+  }
+  return out;
+}
+
+std::string empty_stats_json(int device) {
+  std::string out;
+  {
+    JsonObject object(out);
+    object.number("device", device);
+    object.key("backend") += "null";
+    object.boolean("paged_heap", false);
+    object.number("cap_bytes", 0);
+    object.number("total_bytes", 0);
+    write_counters(object, LedgerCounters{}, {});
+  }
+  return out;
+}
+
+}  // namespace vramledger::torch_plugin

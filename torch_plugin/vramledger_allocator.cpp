@@ -1,0 +1,673 @@
+#include "torch_plugin/vramledger_allocator.hpp"
+
+#include <c10/core/Allocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "accounting/tag_registry.hpp"
+#include "allocator/errors.hpp"
+#include "torch_plugin/device_stats.hpp"
+#include "torch_plugin/snapshot_segments.hpp"
+
+namespace vramledger::torch_plugin {
+
+namespace {
+
+std::atomic<VramledgerAllocator*> the_instance{nullptr};
+std::mutex instance_mutex;
+
+// The DataPtr deleter: a plain function, as torch's raw_deleter() contract requires.
+void delete_block(void* ptr) {
+  VramledgerAllocator* allocator = the_instance.load(std::memory_order_acquire);
+  if (allocator != nullptr) allocator->free_block(ptr);
+}
+
+c10::DeviceIndex current_device() {
+  c10::DeviceIndex device = 0;
+  C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+  return device;
+}
+
+// Device calls made while a CUDA graph may be capturing run in relaxed capture mode: cudaMalloc
+// and event queries are "unsafe" in global mode and would invalidate the capture (torch's own
+// allocator does the same).
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(bool real_device = true) {
+    if (real_device && any_capture_underway()) guard_.emplace(cudaStreamCaptureModeRelaxed);
+  }
+
+ private:
+  std::optional<c10::cuda::CUDAStreamCaptureModeGuard> guard_;
+};
+
+// A vramledger failure other than OOM becomes a c10::Error that names us.
+[[noreturn]] void raise(const std::exception& error, const char* what_we_did) {
+  TORCH_CHECK(false, "vramledger: ", what_we_did, ": ", error.what());
+}
+
+bool is_default_pool(c10::MempoolId_t id) { return id.first == 0 && id.second == 0; }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ instance
+
+VramledgerAllocator& VramledgerAllocator::get_or_create(std::string_view config_text) {
+  std::lock_guard<std::mutex> lock(instance_mutex);
+  VramledgerAllocator* existing = the_instance.load(std::memory_order_acquire);
+  if (existing != nullptr) {
+    if (!config_text.empty() && config_text != existing->config_text_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "vramledger is already configured with '" + existing->config_text_ +
+                      "' in this process; it cannot be reconfigured with '" +
+                      std::string(config_text) + "'");
+    }
+    return *existing;
+  }
+  Config config = parse_config(config_text);
+  // Never deleted: tensors may still be freed during static destruction.
+  auto* created = new VramledgerAllocator(std::move(config), std::string(config_text));
+  the_instance.store(created, std::memory_order_release);
+  return *created;
+}
+
+VramledgerAllocator* VramledgerAllocator::instance() {
+  return the_instance.load(std::memory_order_acquire);
+}
+
+VramledgerAllocator::VramledgerAllocator(Config config, std::string config_text)
+    : config_(std::move(config)), config_text_(std::move(config_text)) {
+  memory_fractions_.fill(1.0);
+}
+
+DeviceAllocators* VramledgerAllocator::device_if_created(c10::DeviceIndex device) const {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return devices_[device].load(std::memory_order_acquire);
+}
+
+std::vector<DeviceAllocators*> VramledgerAllocator::created_devices() const {
+  std::vector<DeviceAllocators*> result;
+  for (const auto& slot : devices_) {
+    if (DeviceAllocators* device = slot.load(std::memory_order_acquire)) result.push_back(device);
+  }
+  return result;
+}
+
+DeviceAllocators& VramledgerAllocator::device_state(c10::DeviceIndex device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "vramledger: invalid CUDA device ",
+              static_cast<int>(device));
+  if (DeviceAllocators* existing = devices_[device].load(std::memory_order_acquire)) {
+    return *existing;
+  }
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  if (DeviceAllocators* existing = devices_[device].load(std::memory_order_acquire)) {
+    return *existing;
+  }
+  DeviceAllocators* created = nullptr;
+  try {
+    created = new DeviceAllocators(device, config_);  // lives as long as the process
+  } catch (const std::exception& error) {
+    raise(error, ("setting up CUDA device " + std::to_string(device)).c_str());
+  }
+  created->history().configure(history_settings_, false);
+  for (const auto& tracker : trace_trackers_) created->history().attach_tracker(tracker);
+  created->history().set_user_metadata(user_metadata_);
+  if (memory_fractions_[device] < 1.0) {
+    const auto total = static_cast<double>(created->backend_info().total_bytes);
+    created->set_cap(std::max<std::size_t>(
+        1, static_cast<std::size_t>(memory_fractions_[device] * total)));
+  }
+  devices_[device].store(created, std::memory_order_release);
+  return *created;
+}
+
+// ------------------------------------------------------------------------------ allocation
+
+void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
+                                  cudaStream_t stream) {
+  if (bytes == 0) return nullptr;
+  DeviceAllocators& state = device_state(device);
+  state.history().gather_context_for_alloc();
+  const RelaxedCaptureMode relaxed(!state.is_simulated());
+  MemoryPool& pool = state.acquire_pool_for(stream);
+  MemoryPool* owner = &pool;
+  const DevicePtr address = allocate_in(state, pool, bytes, stream, &owner);
+  void* ptr = reinterpret_cast<void*>(address);
+  registry_.insert(ptr, LiveAllocation{owner, device, bytes, false});
+  if (c10::memoryProfilingEnabled()) {
+    report_to_profiler(ptr, static_cast<std::int64_t>(bytes), device);
+  }
+  return ptr;
+}
+
+DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& pool,
+                                           std::size_t bytes, cudaStream_t stream,
+                                           MemoryPool** owner) {
+  const auto stream_handle = reinterpret_cast<StreamHandle>(stream);
+  const TagId tag = current_tag();
+  std::string failure;
+  try {
+    return pool.policy().allocate(bytes, stream_handle, tag);
+  } catch (const OutOfMemoryError& error) {
+    failure = error.what();
+  } catch (const Error& error) {
+    // A private pool may not return segments while graphs use it: for the caller that is
+    // simply out of memory (PyTorch behaves the same way).
+    if (!(pool.is_private() && error.code() == ErrorCode::kNotSupported)) {
+      state.release_block_of(pool);
+      raise(error, "allocation failed");
+    }
+    failure = error.what();
+  }
+
+  // Memory of pools torch released but whose blocks lingered: give it back, then try again.
+  if (!pool.is_private() && !any_capture_underway() && state.has_retired_pools()) {
+    state.empty_cache({0, 0});
+    try {
+      return pool.policy().allocate(bytes, stream_handle, tag);
+    } catch (const OutOfMemoryError& error) {
+      failure = error.what();
+    } catch (const Error& error) {
+      raise(error, "allocation failed");
+    }
+  }
+  // Pools created with MemPool(use_on_oom=True) volunteer their memory last.
+  if (!pool.is_private()) {
+    std::vector<MemoryPool*> volunteers = state.acquire_oom_fallback_pools();
+    std::optional<DevicePtr> result;
+    for (MemoryPool* volunteer : volunteers) {
+      if (!result) {
+        try {
+          result = volunteer->policy().allocate(bytes, stream_handle, tag);
+          *owner = volunteer;
+          continue;  // keep its acquisition: the block belongs to it now
+        } catch (const Error&) {
+          // try the next volunteer
+        }
+      }
+      state.release_block_of(*volunteer);
+    }
+    if (result) return *result;
+  }
+  state.release_block_of(pool);
+  raise_out_of_memory(state, pool, bytes, stream, failure);
+}
+
+void VramledgerAllocator::raise_out_of_memory(DeviceAllocators& state, MemoryPool& pool,
+                                              std::size_t bytes, cudaStream_t stream,
+                                              const std::string& detail) {
+  std::size_t device_free = 0;
+  std::size_t device_total = 0;
+  if (!state.backend().memory_info(&device_free, &device_total).is_ok()) {
+    device_total = state.backend_info().total_bytes;
+  }
+  state.history().record_oom(bytes, device_free, stream, pool.id());
+  const LedgerCounters counters = state.counters();
+  const auto& all = counters.aggregate();
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(bytes),
+                                     static_cast<std::size_t>(all.allocated_bytes.current),
+                                     static_cast<std::size_t>(all.reserved_bytes.current),
+                                     c10::Device(c10::DeviceType::CUDA, state.device()));
+  }
+  std::vector<c10_alloc::OutOfMemoryObserver> observers;
+  {
+    std::lock_guard<std::mutex> lock(oom_observers_mutex_);
+    observers = oom_observers_;
+  }
+  for (const auto& observer : observers) {
+    observer(state.device(), bytes, device_total, device_free);
+  }
+  using c10::CachingAllocator::format_size;
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (vramledger). Tried to allocate ",
+                   format_size(bytes), " on device ", static_cast<int>(state.device()),
+                   " (total capacity ", format_size(device_total), ", ",
+                   format_size(device_free), " free). vramledger holds ",
+                   format_size(static_cast<std::uint64_t>(all.reserved_bytes.current)),
+                   " reserved, of which ",
+                   format_size(static_cast<std::uint64_t>(all.allocated_bytes.current)),
+                   " is allocated", pool.is_private() ? " (request was for a private pool)" : "",
+                   ". ", detail);
+}
+
+void VramledgerAllocator::free_block(void* ptr) {
+  if (ptr == nullptr) return;
+  std::optional<LiveAllocation> found = registry_.find(ptr);
+  TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr,
+              " (not allocated by vramledger, or already freed)");
+  DeviceAllocators& state = *device_if_created(found->device);
+  if (any_capture_underway() && (!found->pool->is_private() || found->used_on_other_streams)) {
+    // While a graph captures, nothing may record or query events on its streams, and the
+    // default pool's paged heap fences freed pages with events. The free completes when the
+    // last capture ends (torch defers the same cross-stream frees).
+    state.defer_free(ptr);
+    return;
+  }
+  std::optional<LiveAllocation> taken = registry_.take(ptr);
+  TORCH_CHECK(taken.has_value(), "vramledger: device pointer ", ptr, " freed twice");
+  state.history().gather_context_for_free();
+  {
+    const RelaxedCaptureMode relaxed(!state.is_simulated());
+    try {
+      taken->pool->policy().deallocate(reinterpret_cast<DevicePtr>(ptr));
+    } catch (const std::exception& error) {
+      registry_.insert(ptr, *taken);  // the block stays allocated (the policy changed nothing)
+      raise(error, "free failed");
+    }
+  }
+  state.release_block_of(*taken->pool);
+  if (c10::memoryProfilingEnabled()) {
+    report_to_profiler(ptr, -static_cast<std::int64_t>(taken->requested), taken->device);
+  }
+}
+
+void VramledgerAllocator::process_deferred_frees() {
+  if (any_capture_underway()) return;
+  for (DeviceAllocators* state : created_devices()) {
+    for (void* ptr : state->take_deferred_frees()) free_block(ptr);
+  }
+}
+
+void VramledgerAllocator::report_to_profiler(void* ptr, std::int64_t delta,
+                                             c10::DeviceIndex device) {
+  DeviceAllocators* state = device_if_created(device);
+  if (state == nullptr) return;
+  const LedgerCounters counters = state->counters();
+  c10::reportMemoryUsageToProfiler(
+      ptr, delta, static_cast<std::size_t>(counters.aggregate().allocated_bytes.current),
+      static_cast<std::size_t>(counters.aggregate().reserved_bytes.current),
+      c10::Device(c10::DeviceType::CUDA, device));
+}
+
+c10::DataPtr VramledgerAllocator::allocate(std::size_t n) {
+  const c10::DeviceIndex device = current_device();
+  void* ptr = nullptr;
+  if (n != 0) ptr = malloc(n, device, c10::cuda::getCurrentCUDAStream(device).stream());
+  return {ptr, ptr, &delete_block, c10::Device(c10::DeviceType::CUDA, device)};
+}
+
+c10::DeleterFnPtr VramledgerAllocator::raw_deleter() const { return &delete_block; }
+
+void VramledgerAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  C10_CUDA_CHECK(cudaMemcpy(dest, src, count, cudaMemcpyDeviceToDevice));
+}
+
+void* VramledgerAllocator::raw_alloc(std::size_t nbytes) {
+  const c10::DeviceIndex device = current_device();
+  return malloc(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+}
+
+void* VramledgerAllocator::raw_alloc_with_stream(std::size_t nbytes, cudaStream_t stream) {
+  return malloc(nbytes, current_device(), stream);
+}
+
+void VramledgerAllocator::raw_delete(void* ptr) { free_block(ptr); }
+
+void VramledgerAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) {
+  // Like torch: memory that is not ours (or empty) is simply not tracked.
+  if (ptr.get() == nullptr || ptr.get_deleter() != &delete_block) return;
+  std::optional<LiveAllocation> found = registry_.find(ptr.get());
+  if (!found) return;
+  registry_.mark_used_on_other_streams(ptr.get());
+  try {
+    found->pool->policy().record_stream(reinterpret_cast<DevicePtr>(ptr.get()),
+                                        reinterpret_cast<StreamHandle>(stream.stream()));
+  } catch (const std::exception& error) {
+    raise(error, "record_stream failed");
+  }
+}
+
+// ------------------------------------------------------------------------------ lifecycle
+
+bool VramledgerAllocator::initialized() { return initialized_.load(); }
+
+void VramledgerAllocator::init(int device_count) {
+  device_count_.store(device_count);
+  initialized_.store(true);
+}
+
+void VramledgerAllocator::enable(bool value) { enabled_.store(value); }
+
+bool VramledgerAllocator::isEnabled() const { return enabled_.load(); }
+
+void VramledgerAllocator::emptyCache(c10::MempoolId_t mempool_id) {
+  process_deferred_frees();
+  for (DeviceAllocators* state : created_devices()) {
+    const RelaxedCaptureMode relaxed(!state->is_simulated());
+    try {
+      state->empty_cache(mempool_id);
+    } catch (const std::exception& error) {
+      raise(error, "empty_cache failed");
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------ statistics
+
+c10::CachingDeviceAllocator::DeviceStats VramledgerAllocator::getDeviceStats(
+    c10::DeviceIndex device) {
+  DeviceAllocators* state = device_if_created(device);
+  // A device never used holds nothing: all zeros, without creating a CUDA context for it.
+  return to_device_stats(state ? state->counters() : LedgerCounters{}, max_split_bytes());
+}
+
+void VramledgerAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  if (DeviceAllocators* state = device_if_created(device)) state->reset_accumulated();
+}
+
+void VramledgerAllocator::resetPeakStats(c10::DeviceIndex device) {
+  if (DeviceAllocators* state = device_if_created(device)) state->reset_peaks();
+}
+
+double VramledgerAllocator::getMemoryFraction(c10::DeviceIndex device) {
+  TORCH_CHECK(device >= 0 && device < kMaxDevices, "vramledger: invalid CUDA device ",
+              static_cast<int>(device));
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  return memory_fractions_[device];
+}
+
+void VramledgerAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "vramledger: invalid memory fraction ",
+              fraction, " (expected a value in [0, 1])");
+  DeviceAllocators& state = device_state(device);
+  {
+    std::lock_guard<std::mutex> lock(devices_mutex_);
+    memory_fractions_[device] = fraction;
+  }
+  // The fraction caps reserved memory (each pool's, like torch's per-device limit); 1 lifts it.
+  std::size_t cap = 0;
+  if (fraction < 1.0) {
+    const auto total = static_cast<double>(state.backend_info().total_bytes);
+    cap = std::max<std::size_t>(1, static_cast<std::size_t>(fraction * total));
+  }
+  state.set_cap(cap);
+}
+
+std::vector<c10_alloc::StreamSegmentSize> VramledgerAllocator::getExpandableSegmentSizes(
+    c10::DeviceIndex device) {
+  std::vector<c10_alloc::StreamSegmentSize> sizes;
+  DeviceAllocators* state = device_if_created(device);
+  if (state == nullptr) return sizes;
+  state->for_each_pool({0, 0}, [&](MemoryPool& pool) {
+    for (const SegmentInfo& segment : pool.policy().segments()) {
+      if (!segment.is_virtual_span) continue;
+      sizes.emplace_back(reinterpret_cast<cudaStream_t>(segment.stream),
+                         segment.pool == PoolKind::kSmall, segment.mapped_bytes);
+    }
+  }, /*all_pools=*/false);
+  return sizes;
+}
+
+void VramledgerAllocator::cacheInfo(c10::DeviceIndex device, std::size_t* largest_block) {
+  DeviceAllocators& state = device_state(device);
+  if (*largest_block == 0) {
+    // torch's convention: a zero guess starts from the device's free memory.
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (state.backend().memory_info(&free_bytes, &total_bytes).is_ok()) {
+      *largest_block = free_bytes;
+    }
+  }
+  const BlockCensus census = state.default_pool().policy().census();
+  const auto cached =
+      census.pools[static_cast<int>(PoolKind::kLarge)].largest_free_block;
+  *largest_block = std::max(*largest_block, static_cast<std::size_t>(std::max<std::int64_t>(0, cached)));
+}
+
+void* VramledgerAllocator::getBaseAllocation(void* ptr, std::size_t* size) {
+  std::optional<LiveAllocation> found = registry_.find(ptr);
+  TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr);
+  try {
+    const AllocationInfo info = found->pool->policy().describe(reinterpret_cast<DevicePtr>(ptr));
+    if (size != nullptr) *size = info.segment_size;
+    return reinterpret_cast<void*>(info.segment_base);
+  } catch (const std::exception& error) {
+    raise(error, "getBaseAllocation failed");
+  }
+}
+
+// ------------------------------------------------------------------------------ snapshot
+
+c10_alloc::SnapshotInfo VramledgerAllocator::snapshot(c10::MempoolId_t mempool_id,
+                                                      bool include_traces) {
+  c10_alloc::SnapshotInfo result;
+  int device_count = device_count_.load();
+  if (device_count <= 0) device_count = c10::cuda::device_count();
+  result.device_traces.resize(static_cast<std::size_t>(std::max(device_count, 0)));
+  for (DeviceAllocators* state : created_devices()) {
+    state->history().record_snapshot_marker();
+    state->for_each_pool(mempool_id, [&](MemoryPool& pool) {
+      append_snapshot_segments(pool.policy().segments(), state->device(), pool.id(),
+                               state->history(), result.segments);
+    }, /*all_pools=*/is_default_pool(mempool_id));
+    if (include_traces) {
+      const auto index = static_cast<std::size_t>(state->device());
+      if (index >= result.device_traces.size()) result.device_traces.resize(index + 1);
+      result.device_traces[index] = state->history().entries();
+      for (auto& annotation : state->history().annotations()) {
+        result.external_annotations.push_back(std::move(annotation));
+      }
+    }
+  }
+  std::sort(result.segments.begin(), result.segments.end(),
+            [](const auto& a, const auto& b) { return a.address < b.address; });
+
+  auto& meta = result.config_metadata;
+  meta.garbage_collection_threshold = 0.0;
+  meta.max_split_size = max_split_bytes() == 0 ? std::numeric_limits<std::size_t>::max()
+                                               : max_split_bytes();
+  meta.pinned_num_register_threads = 1;
+  DeviceAllocators* any = created_devices().empty() ? nullptr : created_devices().front();
+  meta.expandable_segments = any != nullptr && any->default_pool_is_paged();
+  meta.release_lock_on_malloc = false;
+  meta.pinned_use_host_register = false;
+  meta.graph_capture_record_stream_reuse = false;
+  meta.last_allocator_settings = "vramledger:" + config_text_;
+  return result;
+}
+
+// ------------------------------------------------------------------------------ pools
+
+void VramledgerAllocator::beginAllocateToPool(c10::DeviceIndex device,
+                                              c10::MempoolId_t mempool_id,
+                                              std::function<bool(cudaStream_t)> filter) {
+  device_state(device).begin_allocate_to_pool(mempool_id, std::move(filter));
+}
+
+void VramledgerAllocator::endAllocateToPool(c10::DeviceIndex device,
+                                            c10::MempoolId_t mempool_id) {
+  device_state(device).end_allocate_to_pool(mempool_id);
+  process_deferred_frees();  // no-op unless this was the last capture
+}
+
+void VramledgerAllocator::releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  DeviceAllocators& state = device_state(device);
+  const RelaxedCaptureMode relaxed(!state.is_simulated());
+  state.release_pool(mempool_id);
+}
+
+int VramledgerAllocator::getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  DeviceAllocators* state = device_if_created(device);
+  return state ? state->pool_use_count(mempool_id) : 0;
+}
+
+void VramledgerAllocator::createOrIncrefPool(c10::DeviceIndex device,
+                                             c10::MempoolId_t mempool_id,
+                                             std::shared_ptr<c10_alloc::CUDAAllocator> allocator) {
+  // MemPool(allocator=<vramledger itself>) is an ordinary private pool.
+  if (allocator.get() == this) allocator.reset();
+  device_state(device).create_or_incref_pool(mempool_id, std::move(allocator));
+}
+
+void VramledgerAllocator::setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                      bool use_on_oom) {
+  DeviceAllocators* state = device_if_created(device);
+  if (state == nullptr) {
+    TORCH_CHECK(!use_on_oom, "vramledger: setUseOnOOM: no memory pool on device ",
+                static_cast<int>(device));
+    return;
+  }
+  state->set_use_on_oom(mempool_id, use_on_oom);
+}
+
+void VramledgerAllocator::setNoSplit(c10::DeviceIndex /*device*/, c10::MempoolId_t /*id*/) {
+  TORCH_CHECK(false,
+              "vramledger does not support MemPool(no_split=True): its policy always places "
+              "several blocks in one segment. Create the pool without no_split, or use "
+              "PyTorch's native allocator for this program.");
+}
+
+bool VramledgerAllocator::checkPoolLiveAllocations(
+    c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+    const std::unordered_set<void*>& expected_live_allocations) {
+  DeviceAllocators* state = device_if_created(device);
+  if (state == nullptr) return expected_live_allocations.empty();
+  std::size_t live = 0;
+  bool all_expected = true;
+  state->for_each_pool(mempool_id, [&](MemoryPool& pool) {
+    if (pool.id() != mempool_id) return;
+    for (const SegmentInfo& segment : pool.policy().segments()) {
+      for (const BlockInfo& block : segment.blocks) {
+        if (!block.allocated) continue;
+        ++live;
+        if (!expected_live_allocations.count(reinterpret_cast<void*>(block.address))) {
+          all_expected = false;
+        }
+      }
+    }
+  }, /*all_pools=*/false);
+  return all_expected && live == expected_live_allocations.size();
+}
+
+std::shared_ptr<c10_alloc::AllocatorState> VramledgerAllocator::getCheckpointState(
+    c10::DeviceIndex /*device*/, c10::MempoolId_t /*id*/) {
+  TORCH_CHECK(false,
+              "vramledger does not support checkpointing a private pool's state "
+              "(used by torch.compile mode='reduce-overhead' CUDA graph trees when a tree "
+              "branches). Use mode='default' / 'max-autotune-no-cudagraphs', or PyTorch's "
+              "native allocator for this program.");
+}
+
+c10_alloc::CheckpointDelta VramledgerAllocator::setCheckpointPoolState(
+    c10::DeviceIndex /*device*/, std::shared_ptr<c10_alloc::AllocatorState> /*pps*/) {
+  TORCH_CHECK(false,
+              "vramledger does not support restoring a private pool's state (torch.compile "
+              "CUDA graph trees). Use PyTorch's native allocator for this program.");
+}
+
+// ------------------------------------------------------------------------------ IPC
+
+c10_alloc::ShareableHandle VramledgerAllocator::shareIpcHandle(void* /*ptr*/) {
+  TORCH_CHECK(false,
+              "vramledger does not support sharing CUDA tensors between processes (CUDA IPC, "
+              "torch.multiprocessing with CUDA tensors). Send tensors through the CPU, or run "
+              "this program with PyTorch's native allocator.");
+}
+
+std::shared_ptr<void> VramledgerAllocator::getIpcDevPtr(std::string /*handle*/) {
+  TORCH_CHECK(false,
+              "vramledger does not support receiving CUDA tensors from another process (CUDA "
+              "IPC). Send tensors through the CPU, or run this program with PyTorch's native "
+              "allocator.");
+}
+
+// ------------------------------------------------------------------------------ history
+
+bool VramledgerAllocator::isHistoryEnabled() {
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  return history_settings_.enabled;
+}
+
+void VramledgerAllocator::recordHistory(bool enabled, c10_alloc::CreateContextFn context_recorder,
+                                        std::size_t alloc_trace_max_entries,
+                                        c10_alloc::RecordContext when, bool clear_history,
+                                        const std::vector<std::string>& skip_actions) {
+  HistorySettings settings;
+  settings.enabled = enabled;
+  settings.context_recorder = context_recorder;
+  settings.max_entries = alloc_trace_max_entries;
+  settings.when = when;
+  for (const std::string& action : skip_actions) {
+    const auto index =
+        static_cast<std::size_t>(c10::CachingDeviceAllocator::parseTraceEntryAction(action));
+    if (settings.skip.size() <= index) settings.skip.resize(index + 1, false);
+    settings.skip[index] = true;
+  }
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  history_settings_ = settings;
+  for (DeviceAllocators* state : created_devices()) {
+    state->history().configure(settings, clear_history);
+  }
+}
+
+void VramledgerAllocator::recordAnnotation(
+    const std::vector<std::pair<std::string, std::string>>& md) {
+  if (DeviceAllocators* state = device_if_created(current_device())) {
+    state->history().record_annotation(md);
+  }
+}
+
+void VramledgerAllocator::pushCompileContext(std::string& md) { push_compile_context(md); }
+
+void VramledgerAllocator::popCompileContext() { pop_compile_context(); }
+
+void VramledgerAllocator::setUserMetadata(const std::string& metadata) {
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  user_metadata_ = metadata;
+  for (DeviceAllocators* state : created_devices()) state->history().set_user_metadata(metadata);
+}
+
+std::string VramledgerAllocator::getUserMetadata() {
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  return user_metadata_;
+}
+
+void VramledgerAllocator::attachOutOfMemoryObserver(c10_alloc::OutOfMemoryObserver observer) {
+  std::lock_guard<std::mutex> lock(oom_observers_mutex_);
+  oom_observers_.push_back(std::move(observer));
+}
+
+void VramledgerAllocator::attachAllocatorTraceTracker(c10_alloc::AllocatorTraceTracker tracker) {
+  std::lock_guard<std::mutex> lock(devices_mutex_);
+  trace_trackers_.push_back(tracker);
+  for (DeviceAllocators* state : created_devices()) state->history().attach_tracker(tracker);
+}
+
+// ------------------------------------------------------------------------------ peers
+
+void VramledgerAllocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
+  const c10::cuda::CUDAGuard guard(dev);
+  const cudaError_t error = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+  if (error == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // already enabled is fine; clear the sticky error
+    return;
+  }
+  C10_CUDA_CHECK(error);
+}
+
+cudaError_t VramledgerAllocator::memcpyAsync(void* dst, int dst_device, const void* src,
+                                             int src_device, std::size_t count,
+                                             cudaStream_t stream, bool p2p_enabled) {
+  // Peer access only covers cudaMalloc memory: pages we map ourselves (vmm) are accessible to
+  // their own device alone, so across devices the driver must stage the copy.
+  const auto paged = [this](int device) {
+    DeviceAllocators* state = device_if_created(static_cast<c10::DeviceIndex>(device));
+    return state != nullptr && state->default_pool_is_paged();
+  };
+  if (dst_device == src_device ||
+      (p2p_enabled && !paged(dst_device) && !paged(src_device))) {
+    return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+  }
+  return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);
+}
+
+std::string VramledgerAllocator::name() { return "vramledger"; }
+
+}  // namespace vramledger::torch_plugin

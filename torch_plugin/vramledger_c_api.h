@@ -1,0 +1,96 @@
+/* vramledger's C interface, exported by libvramledger_torch.so.
+ *
+ * Two ways to use vramledger from PyTorch:
+ *  - vramledger_install(): vramledger becomes torch's CUDA allocator (full replacement; every
+ *    torch.cuda memory API answers with vramledger's numbers, CUDA graphs work).
+ *  - vramledger_malloc / vramledger_free: the functions torch.cuda.memory.CUDAPluggableAllocator
+ *    and torch.cuda.MemPool take. With a pluggable allocator torch's own memory statistics
+ *    raise, so read vramledger's with vramledger_stats_json / vramledger_get_stats.
+ * Both share one vramledger instance per process, configured by the first call that needs it
+ * (vramledger_install's argument, else the VRAMLEDGER_CONF environment variable).
+ *
+ * Strings returned through (buffer, capacity) follow snprintf: the result is the full length
+ * without the terminating NUL; at most capacity - 1 bytes are written, always NUL-terminated
+ * when capacity > 0.
+ */
+#ifndef VRAMLEDGER_C_API_H_
+#define VRAMLEDGER_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VRAMLEDGER_API __attribute__((visibility("default")))
+
+typedef struct CUstream_st* vramledger_stream_t; /* the same type as cudaStream_t */
+
+/* Installs vramledger as torch's CUDA allocator. conf: PYTORCH_CUDA_ALLOC_CONF-style
+ * "key:value,..." (allocator/config.hpp); NULL or "" for defaults. Returns 0 on success, -1 on
+ * refusal or error (the reason in vramledger_last_error()). Refused once torch's own allocator
+ * has allocated CUDA memory. Installing twice with the same conf is a no-op. */
+VRAMLEDGER_API int vramledger_install(const char* conf);
+VRAMLEDGER_API int vramledger_is_installed(void);
+/* The last error of this thread's vramledger_* calls ("" if none). */
+VRAMLEDGER_API const char* vramledger_last_error(void);
+
+/* For CUDAPluggableAllocator / MemPool. vramledger_malloc throws c10::OutOfMemoryError (a C++
+ * exception, which torch expects of an allocator) when memory runs out; vramledger_try_malloc
+ * returns NULL instead. */
+VRAMLEDGER_API void* vramledger_malloc(size_t size, int device, vramledger_stream_t stream);
+VRAMLEDGER_API void* vramledger_try_malloc(size_t size, int device, vramledger_stream_t stream);
+VRAMLEDGER_API void vramledger_free(void* ptr, size_t size, int device, vramledger_stream_t stream);
+
+/* One statistic, with torch's meaning (current, peak since the last peak reset, and running
+ * totals of increases and decreases since the last accumulated reset). */
+typedef struct vramledger_stat {
+  int64_t current;
+  int64_t peak;
+  int64_t allocated;
+  int64_t freed;
+} vramledger_stat;
+
+/* Aggregate (all pools) figures of one device, torch's memory_stats keys. */
+typedef struct vramledger_stats {
+  vramledger_stat allocation;
+  vramledger_stat segment;
+  vramledger_stat active;
+  vramledger_stat inactive_split;
+  vramledger_stat allocated_bytes;
+  vramledger_stat reserved_bytes;
+  vramledger_stat active_bytes;
+  vramledger_stat inactive_split_bytes;
+  vramledger_stat requested_bytes;
+  vramledger_stat mapped_bytes;
+  vramledger_stat virtual_bytes;
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_device_alloc;
+  int64_t num_device_free;
+} vramledger_stats;
+
+/* Fills *out for `device` (zeros for a device vramledger never used). Returns 0, or -1 for an
+ * invalid device. */
+VRAMLEDGER_API int vramledger_get_stats(int device, vramledger_stats* out);
+/* Every statistic as JSON: an object for `device`, or for device == -1 a list with one object
+ * per device vramledger used. */
+VRAMLEDGER_API size_t vramledger_stats_json(int device, char* buffer, size_t capacity);
+/* A human-readable account of every device vramledger used. */
+VRAMLEDGER_API size_t vramledger_report(char* buffer, size_t capacity);
+
+VRAMLEDGER_API int vramledger_empty_cache(void);
+VRAMLEDGER_API void vramledger_reset_peak_stats(int device);
+VRAMLEDGER_API void vramledger_reset_accumulated_stats(int device);
+
+/* Allocations made by this thread until the matching pop are counted under tag `name`
+ * ("weights", "kv_cache", ...). Scopes nest. Returns 0, or -1 for an invalid name. */
+VRAMLEDGER_API int vramledger_tag_push(const char* name);
+VRAMLEDGER_API void vramledger_tag_pop(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VRAMLEDGER_C_API_H_ */
