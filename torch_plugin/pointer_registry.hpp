@@ -21,6 +21,7 @@ struct LiveAllocation {
   MemoryPool* pool = nullptr;
   int device = 0;
   std::size_t requested = 0;
+  std::uintptr_t stream = 0;           // the stream it was allocated on (cudaStream_t)
   bool used_on_other_streams = false;  // record_stream was called on it
 };
 

@@ -48,6 +48,26 @@ class RelaxedCaptureMode {
   std::optional<c10::cuda::CUDAStreamCaptureModeGuard> guard_;
 };
 
+// Whether freeing this block now could record an event in a capturing stream (see free_block).
+// Private pools use the segment heap, which records events only for record_stream uses.
+// `real_device`: false on the simulated device, whose streams CUDA does not know.
+bool must_wait_for_capture(const LiveAllocation& allocation, bool real_device) {
+  if (allocation.used_on_other_streams) return true;
+  if (allocation.pool->is_private()) return false;
+  // The legacy and per-thread default streams cannot be captured, but recording an event on
+  // them (or asking about them) while another stream captures is an implicit synchronisation
+  // that breaks the capture: just wait.
+  if (allocation.stream <= 2) return true;
+  if (!real_device) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(allocation.stream), &status) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // A vramledger failure other than OOM becomes a c10::Error that names us.
 [[noreturn]] void raise(const std::exception& error, const char* what_we_did) {
   TORCH_CHECK(false, "vramledger: ", what_we_did, ": ", error.what());
@@ -140,7 +160,8 @@ void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
   MemoryPool* owner = &pool;
   const DevicePtr address = allocate_in(state, pool, bytes, stream, &owner);
   void* ptr = reinterpret_cast<void*>(address);
-  registry_.insert(ptr, LiveAllocation{owner, device, bytes, false});
+  registry_.insert(ptr, LiveAllocation{owner, device, bytes,
+                                       reinterpret_cast<std::uintptr_t>(stream), false});
   if (c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, static_cast<std::int64_t>(bytes), device);
   }
@@ -243,10 +264,11 @@ void VramledgerAllocator::free_block(void* ptr) {
   TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr,
               " (not allocated by vramledger, or already freed)");
   DeviceAllocators& state = *device_if_created(found->device);
-  if (any_capture_underway() && (!found->pool->is_private() || found->used_on_other_streams)) {
-    // While a graph captures, nothing may record or query events on its streams, and the
-    // default pool's paged heap fences freed pages with events. The free completes when the
-    // last capture ends (torch defers the same cross-stream frees).
+  if (any_capture_underway() && must_wait_for_capture(*found, !state.is_simulated())) {
+    // An event recorded in a capturing stream may not be queried until the capture ends, and a
+    // free records events: on the streams that used a block (record_stream), and on the block's
+    // own stream when the paged heap fences the pages it frees. Such frees complete when the
+    // last capture ends (torch defers cross-stream frees the same way).
     state.defer_free(ptr);
     return;
   }

@@ -24,6 +24,9 @@ set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$REPO"
+START=$(date +%s)
+BUDGET=${VRAMLEDGER_TORCH_GPU_BUDGET_S:-400}  # whole run; later steps shrink or skip to fit
+remaining() { echo $(( BUDGET - ($(date +%s) - START) )); }
 BUILD=build-torch-gpu
 QUICK=0
 while [[ $# -gt 0 ]]; do
@@ -113,16 +116,23 @@ export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 # --- pytest ---
-# run_pytest LABEL [VAR=VALUE...] -- PYTEST ARGS...
+# run_pytest LABEL LIMIT_S [VAR=VALUE...] -- PYTEST ARGS...
 run_pytest() {
-  local label=$1
-  shift
+  local label=$1 limit=$2
+  shift 2
+  local left
+  left=$(remaining)
+  if (( left < 30 )); then
+    add_summary "pytest $label: SKIPPED (only ${left}s of the budget left)"
+    return 0
+  fi
+  (( limit > left - 10 )) && limit=$(( left - 10 ))
   local envs=()
   while [[ $# -gt 0 && "$1" != "--" ]]; do envs+=("$1"); shift; done
   shift
   local xml="$LOGS/$label.xml"
   echo "=== pytest $label ${envs[*]}"
-  env "${envs[@]}" timeout --kill-after=10 300 "$PYTHON" -m pytest -p no:cacheprovider -v -rs \
+  env "${envs[@]}" timeout --kill-after=10 "$limit" "$PYTHON" -m pytest -p no:cacheprovider -v -rs \
     --junitxml="$xml" "$@" >"$LOGS/$label.log" 2>&1
   local status=$?
   tail -n 30 "$LOGS/$label.log"
@@ -149,15 +159,25 @@ EOF
   return 0
 }
 
-run_pytest processes -- tests/torch/test_bootstrap.py tests/torch/test_processes.py -s
-run_pytest installed-auto VRAMLEDGER_TEST_CONF= -- tests/torch/test_installed.py
+run_pytest installed-auto 120 VRAMLEDGER_TEST_CONF= -- tests/torch/test_installed.py
+run_pytest processes 200 -- tests/torch/test_bootstrap.py tests/torch/test_processes.py -s
 if [[ $QUICK == 0 ]]; then
-  run_pytest installed-cuda_malloc VRAMLEDGER_TEST_CONF=backend:cuda_malloc -- tests/torch/test_installed.py
-  run_pytest installed-malloc_async VRAMLEDGER_TEST_CONF=backend:malloc_async -- tests/torch/test_installed.py
+  run_pytest installed-cuda_malloc 90 VRAMLEDGER_TEST_CONF=backend:cuda_malloc -- tests/torch/test_installed.py
+  run_pytest installed-malloc_async 90 VRAMLEDGER_TEST_CONF=backend:malloc_async -- tests/torch/test_installed.py
 fi
 while IFS= read -r line; do
   add_summary "  $line"
 done < <(grep -h "native peak allocated" "$LOGS/processes.log" 2>/dev/null)
+
+# --- latency from Python (not a test: figures for bench/results/torch) ---
+if [[ $QUICK == 0 ]] && (( $(remaining) > 45 )); then
+  echo "=== bench_python_alloc"
+  timeout --kill-after=5 $(( $(remaining) - 10 )) "$PYTHON" tests/torch/bench_python_alloc.py --iterations 10000 \
+    >"$LOGS/bench_python_alloc.md" 2>&1
+  bench_status=$?
+  cat "$LOGS/bench_python_alloc.md"
+  add_summary "bench_python_alloc: exit $bench_status (table in bench_python_alloc.md)"
+fi
 
 {
   echo

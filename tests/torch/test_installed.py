@@ -235,7 +235,7 @@ def test_record_stream_defers_reuse():
     with torch.cuda.stream(side):
         a = torch.ones(n, device="cuda")  # allocated on the side stream
     main.wait_stream(side)
-    torch.cuda._sleep(200_000_000)  # keep the main stream busy (~0.1 s)
+    torch.cuda._sleep(1_000_000_000)  # keep the main stream busy (~0.5 s)
     b = a * 2                       # queued on main, behind the sleep
     a.record_stream(main)
     address = a.data_ptr()
