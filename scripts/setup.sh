@@ -14,10 +14,11 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Debian package names. Required: without them nothing builds. Optional: the benchmarks
 # (libbenchmark-dev), vramledger-replay's command line (libcli11-dev) and gzip'd traces
-# (zlib1g-dev); Meson skips what they enable when they are missing. python3-venv gives the system
-# python its venv module. The CUDA toolkit is optional (-Dcuda=auto) and never installed here.
-required_packages=(g++ ninja-build pkg-config libgtest-dev libgmock-dev python3 python3-venv)
-optional_packages=(libbenchmark-dev libcli11-dev zlib1g-dev)
+# (zlib1g-dev), and python3-venv for the pinned Meson below (without it a meson already on PATH
+# is used); Meson skips what the libraries enable when they are missing. The CUDA toolkit is
+# optional (-Dcuda=auto) and never installed here.
+required_packages=(g++ ninja-build pkg-config libgtest-dev libgmock-dev python3)
+optional_packages=(python3-venv libbenchmark-dev libcli11-dev zlib1g-dev)
 
 missing_from() {
   local pkg
