@@ -1,0 +1,183 @@
+#include "allocator/cuda/vmm_backend.hpp"
+
+#include <string>
+
+#include "allocator/cuda/cuda_status.hpp"
+#include "allocator/cuda/driver_api.hpp"
+
+namespace vramledger {
+
+namespace {
+
+// Loaded by the constructor (which throws if it cannot), so always valid afterwards.
+const DriverApi& driver() {
+  const DriverApi* api = nullptr;
+  (void)load_driver_api(&api);
+  return *api;
+}
+
+std::string page_args(DevicePtr va, std::size_t page_bytes, std::size_t count) {
+  return "va=" + describe_address(va) + ", page=" + describe_bytes(page_bytes) +
+         ", pages=" + std::to_string(count);
+}
+
+}  // namespace
+
+VmmBackend::VmmBackend(int device, UnmapMode unmap_mode) : CudaRuntimeBackend(device, "vmm") {
+  const std::string context = "vramledger: vmm backend on CUDA device " + std::to_string(device);
+  throw_if_error(query_vmm_properties(device, &props_), context);
+  if (!props_.supported) {
+    throw Error(ErrorCode::kNotSupported,
+                context + ": the driver reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_"
+                          "SUPPORTED = 0");
+  }
+  mutable_info().granularity = props_.granularity;
+  mutable_info().supports_virtual_memory = true;
+  mutable_info().stream_ordered_segments = false;
+  switch (unmap_mode) {
+    case UnmapMode::kPerPage: batched_unmap_ = false; break;
+    case UnmapMode::kBatched: batched_unmap_ = true; break;
+    case UnmapMode::kAuto: {
+      bool legal = false;
+      // A failed probe (e.g. no memory left) just keeps the always-legal per-page path.
+      batched_unmap_ = probe_batched_unmap(&legal).is_ok() && legal;
+      break;
+    }
+  }
+}
+
+Status VmmBackend::allocate_segment(std::size_t bytes, StreamHandle, DevicePtr* out) {
+  return malloc_segment(bytes, out);
+}
+
+Status VmmBackend::free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle) {
+  return free_malloc_segment(ptr, bytes);
+}
+
+Status VmmBackend::create_physical(std::size_t bytes, PhysicalHandle* out) {
+  if (bytes == 0 || bytes % props_.granularity != 0) {
+    return {ErrorCode::kInvalidArgument,
+            "cuMemCreate: size " + describe_bytes(bytes) + " is not a positive multiple of the " +
+                "granularity " + describe_bytes(props_.granularity)};
+  }
+  CUmemGenericAllocationHandle handle = 0;
+  Status status =
+      check_driver(driver().mem_create(&handle, bytes, &props_.allocation, 0), "cuMemCreate", [&] {
+        return "bytes=" + describe_bytes(bytes) + ", device=" + std::to_string(device());
+      });
+  if (status.is_ok()) *out = handle;
+  return status;
+}
+
+Status VmmBackend::release_physical(PhysicalHandle handle) {
+  return check_driver(driver().mem_release(handle), "cuMemRelease",
+                      [&] { return "handle=" + describe_address(handle); });
+}
+
+Status VmmBackend::reserve_address_range(std::size_t bytes, DevicePtr* out) {
+  if (bytes == 0 || bytes % props_.granularity != 0) {
+    return {ErrorCode::kInvalidArgument,
+            "cuMemAddressReserve: size " + describe_bytes(bytes) +
+                " is not a positive multiple of the granularity " +
+                describe_bytes(props_.granularity)};
+  }
+  CUdeviceptr base = 0;
+  Status status = check_driver(
+      driver().mem_address_reserve(&base, bytes, props_.granularity, 0, 0), "cuMemAddressReserve",
+      [&] {
+        return "bytes=" + describe_bytes(bytes) + ", alignment=" + describe_bytes(props_.granularity);
+      });
+  if (status.is_ok()) *out = static_cast<DevicePtr>(base);
+  return status;
+}
+
+Status VmmBackend::free_address_range(DevicePtr base, std::size_t bytes) {
+  return check_driver(driver().mem_address_free(static_cast<CUdeviceptr>(base), bytes),
+                      "cuMemAddressFree",
+                      [&] { return "va=" + describe_address(base) + ", bytes=" + describe_bytes(bytes); });
+}
+
+Status VmmBackend::map_pages(DevicePtr va, std::size_t page_bytes,
+                             std::span<const PhysicalHandle> handles) {
+  if (handles.empty()) return Status::ok();
+  const DriverApi& api = driver();
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const CUdeviceptr at = static_cast<CUdeviceptr>(va + i * page_bytes);
+    Status status = check_driver(api.mem_map(at, page_bytes, 0, handles[i], 0), "cuMemMap", [&] {
+      return "va=" + describe_address(at) + ", bytes=" + describe_bytes(page_bytes) +
+             ", handle=" + describe_address(handles[i]) + ", page " + std::to_string(i) + " of " +
+             std::to_string(handles.size());
+    });
+    if (!status.is_ok()) {
+      (void)unmap_each(va, page_bytes, i);  // leave nothing of this call behind
+      return status;
+    }
+  }
+  const std::size_t run_bytes = handles.size() * page_bytes;
+  Status status = check_driver(
+      api.mem_set_access(static_cast<CUdeviceptr>(va), run_bytes, &props_.access, 1),
+      "cuMemSetAccess", [&] {
+        return page_args(va, page_bytes, handles.size()) + ", flags=PROT_READWRITE, device=" +
+               std::to_string(device());
+      });
+  if (!status.is_ok()) (void)unmap_each(va, page_bytes, handles.size());
+  return status;
+}
+
+Status VmmBackend::unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count) {
+  if (count == 0) return Status::ok();
+  if (!batched_unmap_ || count == 1) return unmap_each(va, page_bytes, count);
+  return check_driver(driver().mem_unmap(static_cast<CUdeviceptr>(va), count * page_bytes),
+                      "cuMemUnmap",
+                      [&] { return page_args(va, page_bytes, count) + " (one call for the run)"; });
+}
+
+Status VmmBackend::unmap_each(DevicePtr va, std::size_t page_bytes, std::size_t count) {
+  Status first_failure;
+  for (std::size_t i = 0; i < count; ++i) {
+    const CUdeviceptr at = static_cast<CUdeviceptr>(va + i * page_bytes);
+    Status status = check_driver(driver().mem_unmap(at, page_bytes), "cuMemUnmap", [&] {
+      return "va=" + describe_address(at) + ", bytes=" + describe_bytes(page_bytes) + ", page " +
+             std::to_string(i) + " of " + std::to_string(count);
+    });
+    // Keep going: unmapping the other pages is still right, and the first error is the story.
+    if (!status.is_ok() && first_failure.is_ok()) first_failure = std::move(status);
+  }
+  return first_failure;
+}
+
+Status VmmBackend::probe_batched_unmap(bool* legal) {
+  *legal = false;
+  const std::size_t page = props_.granularity;
+  const DriverApi& api = driver();
+  PhysicalHandle handles[2] = {0, 0};
+  DevicePtr va = 0;
+  Status status = reserve_address_range(2 * page, &va);
+  if (!status.is_ok()) return status;
+  int created = 0;
+  for (; created < 2 && status.is_ok(); ++created) {
+    status = create_physical(page, &handles[created]);
+    if (!status.is_ok()) break;
+  }
+  if (status.is_ok()) status = map_pages(va, page, handles);
+  if (status.is_ok()) {
+    const bool accepted = api.mem_unmap(static_cast<CUdeviceptr>(va), 2 * page) == CUDA_SUCCESS;
+    if (accepted) {
+      // Mapping over a page that is still mapped fails, so both maps succeeding proves the one
+      // call unmapped both pages.
+      bool remapped[2] = {false, false};
+      for (int i = 0; i < 2; ++i) {
+        remapped[i] = api.mem_map(static_cast<CUdeviceptr>(va + i * page), page, 0, handles[i],
+                                  0) == CUDA_SUCCESS;
+      }
+      *legal = remapped[0] && remapped[1];
+    }
+    // Whatever happened, leave both pages unmapped (an error for an unmapped page is harmless).
+    (void)unmap_each(va, page, 2);
+  }
+  for (int i = 0; i < created; ++i) (void)release_physical(handles[i]);
+  (void)free_address_range(va, 2 * page);
+  return status;
+}
+
+}  // namespace vramledger
