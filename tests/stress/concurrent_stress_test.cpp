@@ -87,6 +87,8 @@ class Mailbox {
 };
 
 struct Shared {
+  Shared(SimulatedDevice& d, CachingAllocator& a) : device(d), allocator(a) {}
+
   SimulatedDevice& device;
   CachingAllocator& allocator;
   std::vector<StreamHandle> own_streams;
@@ -197,7 +199,7 @@ TEST(ConcurrentStress, EightThreadsKeepTheBooksExact) {
     SimulatedDevice device(device_options);
     Ledger ledger;
     auto allocator = std::make_unique<CachingAllocator>(device, &ledger, AllocatorOptions{});
-    Shared shared{device, *allocator, {}, {}, {}, {}, {}, {}, {}};
+    Shared shared(device, *allocator);
     for (int i = 0; i < kThreads; ++i) shared.own_streams.push_back(device.create_stream());
     for (int i = 0; i < kSharedStreams; ++i) shared.shared_streams.push_back(device.create_stream());
 

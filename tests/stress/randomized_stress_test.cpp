@@ -130,9 +130,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   Op pick_op() {
     // Keep the live set moderate so per-step checks stay cheap: past the limit, only free.
     if (model_.size() >= kMaxLive) return Op::kFree;
-    static const std::discrete_distribution<int> distribution(kWeights.begin(), kWeights.end());
-    auto copy = distribution;
-    return static_cast<Op>(copy(rng_));
+    return static_cast<Op>(op_distribution_(rng_));
   }
 
   // ------------------------------------------------------------------ operations
@@ -393,6 +391,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   const std::uint64_t seed_;
   const std::uint64_t ops_;
   std::mt19937_64 rng_;
+  std::discrete_distribution<int> op_distribution_{kWeights.begin(), kWeights.end()};
   SimulatedDevice device_;
   Ledger ledger_;
   std::unique_ptr<CachingAllocator> allocator_;

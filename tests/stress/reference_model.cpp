@@ -39,7 +39,6 @@ std::optional<std::string> ReferenceModel::insert(DevicePtr address, const LiveB
   }
   blocks_.emplace_hint(after, address, block);
   allocated_bytes_ += block.size;
-  requested_bytes_ += block.requested;
   return std::nullopt;
 }
 
@@ -47,22 +46,12 @@ bool ReferenceModel::erase(DevicePtr address) {
   auto it = blocks_.find(address);
   if (it == blocks_.end()) return false;
   allocated_bytes_ -= it->second.size;
-  requested_bytes_ -= it->second.requested;
   blocks_.erase(it);
   return true;
 }
 
 DevicePtr ReferenceModel::nth(std::size_t index) const {
   return std::next(blocks_.begin(), static_cast<std::ptrdiff_t>(index))->first;
-}
-
-std::vector<DevicePtr> ReferenceModel::neighbours(DevicePtr address) const {
-  std::vector<DevicePtr> result;
-  auto after = blocks_.upper_bound(address);
-  if (after != blocks_.end()) result.push_back(after->first);
-  auto at_or_before = blocks_.lower_bound(address);
-  if (at_or_before != blocks_.begin()) result.push_back(std::prev(at_or_before)->first);
-  return result;
 }
 
 std::optional<std::string> ReferenceModel::compare_with(

@@ -32,12 +32,8 @@ class ReferenceModel {
   std::size_t size() const { return blocks_.size(); }
   bool empty() const { return blocks_.empty(); }
   std::size_t allocated_bytes() const { return allocated_bytes_; }
-  std::size_t requested_bytes() const { return requested_bytes_; }
   // The live block at position `index` in address order (O(n); the tests pick at random).
   DevicePtr nth(std::size_t index) const;
-  // The live blocks just before and after `address` in address order (those that may share a
-  // page with it in the paged heap).
-  std::vector<DevicePtr> neighbours(DevicePtr address) const;
 
   // Compares the model with the allocator's full segment walk: the same allocated blocks at the
   // same addresses with the same sizes, requested sizes and tags; blocks tile each range; ranges
@@ -47,7 +43,6 @@ class ReferenceModel {
  private:
   std::map<DevicePtr, LiveBlock> blocks_;
   std::size_t allocated_bytes_ = 0;
-  std::size_t requested_bytes_ = 0;
 };
 
 std::string hex(DevicePtr address);
