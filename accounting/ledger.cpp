@@ -1,0 +1,394 @@
+#include "accounting/ledger.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+
+#include "accounting/cheap_clock.hpp"
+#include "accounting/text_report.hpp"
+
+namespace vramledger {
+
+// The counters one pool event touches, in the storage form described in ledger.hpp: a pool keeps
+// current, peak and the total of increases; the aggregate keeps only its peak, its current being
+// the pools' sum.
+struct PoolUpdate {
+  PoolCounters& pool;         // the event's pool
+  const PoolCounters& other;  // the other pool
+  PoolCounters& aggregate;
+};
+
+namespace {
+
+using PoolStat = Stat PoolCounters::*;
+
+inline void raise(const PoolUpdate& update, PoolStat stat, std::int64_t amount) {
+  Stat& mine = update.pool.*stat;
+  mine.increase(amount);
+  const std::int64_t total = mine.current + (update.other.*stat).current;
+  Stat& aggregate = update.aggregate.*stat;
+  if (total > aggregate.peak) aggregate.peak = total;
+}
+// Returns the new value. Callers OR the results and test the sign once per event: any negative
+// value makes the OR negative.
+inline std::int64_t lower(const PoolUpdate& update, PoolStat stat, std::int64_t amount) {
+  Stat& mine = update.pool.*stat;
+  mine.current -= amount;
+  return mine.current;
+}
+
+// Storage form to torch's Stat.
+Stat materialized(const Stat& stored) {
+  Stat stat = stored;
+  stat.freed = stored.allocated + stored.freed - stored.current;
+  return stat;
+}
+UsageStats materialized(const UsageStats& stored) {
+  UsageStats usage = stored;
+  for_each_usage_stat(usage, [](const char*, Stat& stat) { stat = materialized(stat); });
+  return usage;
+}
+
+void reset_accumulated_in_storage(Stat& stored) {
+  stored.allocated = 0;
+  stored.freed = stored.current;  // the base from which later decreases are counted
+}
+
+inline std::int64_t bytes_of(std::size_t size) { return static_cast<std::int64_t>(size); }
+
+}  // namespace
+
+const char* to_string(StatPool pool) noexcept {
+  switch (pool) {
+    case StatPool::kAggregate: return "all";
+    case StatPool::kSmall: return "small_pool";
+    case StatPool::kLarge: return "large_pool";
+  }
+  return "unknown";
+}
+
+std::string LedgerInconsistency::to_string() const {
+  std::string text = "event #" + std::to_string(event_index) + " (" +
+                     vramledger::to_string(event.kind) + ", pool " +
+                     std::to_string(static_cast<unsigned>(event.pool)) + ", stream " +
+                     std::to_string(event.stream) + ", tag " + std::to_string(event.tag) +
+                     ", address " + std::to_string(event.address) + ", size " +
+                     std::to_string(event.size) + ", requested " +
+                     std::to_string(event.requested) + "): ";
+  if (std::string_view(scope) == "event") {
+    text += std::string("malformed field '") + counter + "' = " + std::to_string(value);
+  } else {
+    text += std::string(scope) + "." + counter + " went negative (" + std::to_string(value) + ")";
+  }
+  return text;
+}
+
+Ledger::Ledger(LedgerOptions options)
+    : options_(options),
+      tags_(std::make_unique<UsageStats[]>(kMaxTags + 1)),
+      trace_(options.trace_capacity, options.clock) {}
+
+Ledger::~Ledger() = default;
+
+void Ledger::on_event(const AllocatorEvent& event) noexcept {
+  const bool completes_last_free = event.kind == EventKind::kFreeCompleted &&
+                                   event.address == free_requested_address_;
+  const std::uint64_t ticks =
+      completes_last_free ? free_requested_ticks_ : read_clock(options_.clock);
+  free_requested_address_ = event.kind == EventKind::kFreeRequested ? event.address : kNoAddress;
+  free_requested_ticks_ = ticks;
+  trace_.append(event, ticks);
+  ++counters_.events;
+
+  const auto pool_value = static_cast<std::uint8_t>(event.pool);
+  if (pool_value > static_cast<std::uint8_t>(PoolKind::kLarge)) [[unlikely]] {
+    record_malformed_event(event, "pool", pool_value);
+    return;
+  }
+  const PoolUpdate update = update_for(event.pool);
+  const std::int64_t size = bytes_of(event.size);
+  bool negative = false;
+
+  switch (event.kind) {
+    case EventKind::kAlloc:
+      on_alloc(event, update);
+      break;
+    case EventKind::kFreeRequested:
+      negative = on_free_requested(event, update);
+      break;
+    case EventKind::kFreeCompleted:
+      negative = on_free_completed(event, update);
+      break;
+    case EventKind::kSegmentCreate:
+      raise(update, &PoolCounters::segment, 1);
+      raise_reserved(update, size);
+      ++counters_.num_device_alloc;
+      break;
+    case EventKind::kSegmentRelease:
+      negative = (lower(update, &PoolCounters::segment, 1) |
+                  lower(update, &PoolCounters::reserved_bytes, size)) < 0;
+      ++counters_.num_device_free;
+      break;
+    case EventKind::kPhysicalCreate:
+      raise(update, &PoolCounters::physical_bytes, size);
+      raise_reserved(update, size);
+      ++counters_.num_device_alloc;
+      break;
+    case EventKind::kPhysicalRelease:
+      negative = (lower(update, &PoolCounters::physical_bytes, size) |
+                  lower(update, &PoolCounters::reserved_bytes, size)) < 0;
+      ++counters_.num_device_free;
+      break;
+    case EventKind::kMap:
+      raise(update, &PoolCounters::mapped_bytes, size);
+      ++counters_.num_maps;
+      break;
+    case EventKind::kUnmap:
+      negative = lower(update, &PoolCounters::mapped_bytes, size) < 0;
+      ++counters_.num_unmaps;
+      break;
+    case EventKind::kVirtualReserve:
+      raise(update, &PoolCounters::virtual_bytes, size);
+      break;
+    case EventKind::kVirtualRelease:
+      negative = lower(update, &PoolCounters::virtual_bytes, size) < 0;
+      break;
+    case EventKind::kInactiveSplitAdd:
+      raise(update, &PoolCounters::inactive_split, 1);
+      raise(update, &PoolCounters::inactive_split_bytes, size);
+      break;
+    case EventKind::kInactiveSplitRemove:
+      negative = (lower(update, &PoolCounters::inactive_split, 1) |
+                  lower(update, &PoolCounters::inactive_split_bytes, size)) < 0;
+      break;
+    case EventKind::kAllocRetry:
+      ++counters_.num_alloc_retries;
+      break;
+    case EventKind::kOutOfMemory:
+      ++counters_.num_ooms;
+      break;
+    case EventKind::kCount:
+    default:
+      record_malformed_event(event, "kind", static_cast<std::int64_t>(event.kind));
+      return;
+  }
+  if (negative) [[unlikely]] record_negative_counter(event);
+}
+
+PoolUpdate Ledger::update_for(PoolKind pool) noexcept {
+  const std::size_t mine = stat_pool_index(pool);
+  const std::size_t other = mine == stat_pool_index(PoolKind::kSmall)
+                                ? stat_pool_index(PoolKind::kLarge)
+                                : stat_pool_index(PoolKind::kSmall);
+  return {counters_.pools[mine], counters_.pools[other],
+          counters_.pools[stat_pool_index(StatPool::kAggregate)]};
+}
+
+std::int64_t Ledger::aggregate_current(Stat PoolCounters::*stat) const noexcept {
+  return (counters_.pools[stat_pool_index(StatPool::kSmall)].*stat).current +
+         (counters_.pools[stat_pool_index(StatPool::kLarge)].*stat).current;
+}
+
+void Ledger::on_alloc(const AllocatorEvent& event, const PoolUpdate& update) noexcept {
+  if (event.requested > event.size) [[unlikely]] {
+    record_malformed_event(event, "requested", bytes_of(event.requested));
+  }
+  const std::int64_t size = bytes_of(event.size);
+  const std::int64_t requested = bytes_of(event.requested);
+  raise(update, &PoolCounters::allocation, 1);
+  raise(update, &PoolCounters::allocated_bytes, size);
+  raise(update, &PoolCounters::allocated_requested_bytes, requested);
+  raise(update, &PoolCounters::active, 1);
+  raise(update, &PoolCounters::active_bytes, size);
+  raise(update, &PoolCounters::requested_bytes, requested);
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+    usage->allocation.increase(1);
+    usage->allocated_bytes.increase(size);
+    usage->requested_bytes.increase(requested);
+    usage->active_bytes.increase(size);
+  }
+  // Reserved usually peaks on the segment creation just before the allocation that needed it,
+  // so keep raising the "active at peak reserved" mark while reserved stays at its peak.
+  if (aggregate_current(&PoolCounters::reserved_bytes) == update.aggregate.reserved_bytes.peak) {
+    counters_.active_bytes_at_peak_reserved = std::max(
+        counters_.active_bytes_at_peak_reserved, aggregate_current(&PoolCounters::active_bytes));
+  }
+}
+
+bool Ledger::on_free_requested(const AllocatorEvent& event, const PoolUpdate& update) noexcept {
+  const std::int64_t size = bytes_of(event.size);
+  std::int64_t values = lower(update, &PoolCounters::allocation, 1) |
+                       lower(update, &PoolCounters::allocated_bytes, size) |
+                       lower(update, &PoolCounters::allocated_requested_bytes,
+                             bytes_of(event.requested));
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+    usage->allocation.current -= 1;
+    usage->allocated_bytes.current -= size;
+    values |= usage->allocation.current | usage->allocated_bytes.current;
+  }
+  return values < 0;
+}
+
+bool Ledger::on_free_completed(const AllocatorEvent& event, const PoolUpdate& update) noexcept {
+  const std::int64_t size = bytes_of(event.size);
+  const std::int64_t requested = bytes_of(event.requested);
+  std::int64_t values = lower(update, &PoolCounters::active, 1) |
+                       lower(update, &PoolCounters::active_bytes, size) |
+                       lower(update, &PoolCounters::requested_bytes, requested);
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+    usage->active_bytes.current -= size;
+    usage->requested_bytes.current -= requested;
+    values |= usage->active_bytes.current | usage->requested_bytes.current;
+  }
+  return values < 0;
+}
+
+void Ledger::raise_reserved(const PoolUpdate& update, std::int64_t bytes) noexcept {
+  const std::int64_t previous_peak = update.aggregate.reserved_bytes.peak;
+  raise(update, &PoolCounters::reserved_bytes, bytes);
+  const std::int64_t reserved = aggregate_current(&PoolCounters::reserved_bytes);
+  const std::int64_t active = aggregate_current(&PoolCounters::active_bytes);
+  if (reserved > previous_peak) {
+    counters_.active_bytes_at_peak_reserved = active;  // a new, higher peak
+  } else if (reserved == update.aggregate.reserved_bytes.peak) {
+    counters_.active_bytes_at_peak_reserved =
+        std::max(counters_.active_bytes_at_peak_reserved, active);
+  }
+}
+
+LedgerCounters Ledger::counters() const noexcept {
+  LedgerCounters result = counters_;
+  PoolCounters& all = result.pools[stat_pool_index(StatPool::kAggregate)];
+  PoolCounters& small = result.pools[stat_pool_index(StatPool::kSmall)];
+  PoolCounters& large = result.pools[stat_pool_index(StatPool::kLarge)];
+  for_each_stat(small, [](const char*, Stat& stat) { stat = materialized(stat); });
+  for_each_stat(large, [](const char*, Stat& stat) { stat = materialized(stat); });
+  // The aggregate's current value and totals are the pools' sums; visit the three in step.
+  std::array<Stat*, 16> small_stats{}, large_stats{};
+  std::size_t count = 0;
+  for_each_stat(small, [&](const char*, Stat& stat) { small_stats[count++] = &stat; });
+  count = 0;
+  for_each_stat(large, [&](const char*, Stat& stat) { large_stats[count++] = &stat; });
+  count = 0;
+  for_each_stat(all, [&](const char*, Stat& stat) {
+    stat.current = small_stats[count]->current + large_stats[count]->current;
+    stat.allocated = small_stats[count]->allocated + large_stats[count]->allocated;
+    stat.freed = small_stats[count]->freed + large_stats[count]->freed;
+    ++count;
+  });
+  return result;
+}
+
+std::vector<StreamUsage> Ledger::per_stream() const {
+  std::vector<StreamUsage> entries = streams_.entries();
+  for (StreamUsage& entry : entries) entry.usage = materialized(entry.usage);
+  return entries;
+}
+
+UsageStats Ledger::tag_usage(TagId tag) const noexcept {
+  return materialized(tags_[tag_slot(tag)]);
+}
+
+std::vector<TagUsage> Ledger::per_tag() const {
+  std::vector<TagUsage> result;
+  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) {
+    const UsageStats usage = materialized(tags_[slot]);
+    bool touched = false;
+    for_each_usage_stat(usage, [&](const char*, const Stat& stat) { touched |= stat != Stat{}; });
+    if (!touched) continue;
+    const bool overflow = slot == kMaxTags;
+    result.push_back({overflow ? kUntagged : static_cast<TagId>(slot), overflow, usage});
+  }
+  return result;
+}
+
+void Ledger::reset_peaks() noexcept {
+  for (const StatPool pool : {StatPool::kSmall, StatPool::kLarge}) {
+    for_each_stat(counters_.pools[stat_pool_index(pool)],
+                  [](const char*, Stat& stat) { stat.reset_peak(); });
+  }
+  const LedgerCounters now = counters();
+  std::array<std::int64_t, 16> aggregate_now{};
+  std::size_t count = 0;
+  for_each_stat(now.aggregate(), [&](const char*, const Stat& stat) { aggregate_now[count++] = stat.current; });
+  count = 0;
+  for_each_stat(counters_.pools[stat_pool_index(StatPool::kAggregate)],
+                [&](const char*, Stat& stat) { stat.peak = aggregate_now[count++]; });
+  const auto reset_usage = [](UsageStats& usage) {
+    for_each_usage_stat(usage, [](const char*, Stat& stat) { stat.reset_peak(); });
+  };
+  streams_.for_each_usage(reset_usage);
+  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) reset_usage(tags_[slot]);
+  counters_.active_bytes_at_peak_reserved = aggregate_current(&PoolCounters::active_bytes);
+}
+
+void Ledger::reset_accumulated() noexcept {
+  // Aggregate totals are derived from the pools', so only pools, streams and tags are reset.
+  for (const StatPool pool : {StatPool::kSmall, StatPool::kLarge}) {
+    for_each_stat(counters_.pools[stat_pool_index(pool)],
+                  [](const char*, Stat& stat) { reset_accumulated_in_storage(stat); });
+  }
+  const auto reset_usage = [](UsageStats& usage) {
+    for_each_usage_stat(usage, [](const char*, Stat& stat) { reset_accumulated_in_storage(stat); });
+  };
+  streams_.for_each_usage(reset_usage);
+  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) reset_usage(tags_[slot]);
+  counters_.num_alloc_retries = 0;
+  counters_.num_ooms = 0;
+  counters_.num_device_alloc = 0;
+  counters_.num_device_free = 0;
+  counters_.num_maps = 0;
+  counters_.num_unmaps = 0;
+}
+
+std::string Ledger::describe() const { return counters_report(*this); }
+
+void Ledger::record_negative_counter(const AllocatorEvent& event) noexcept {
+  if (first_inconsistency_) return;  // only the first one matters: later ones follow from it
+  LedgerInconsistency found;
+  found.event_index = counters_.events - 1;
+  found.event = event;
+  const auto look_at = [&](const char* scope, const char* name, const Stat& stat) {
+    if (stat.current < 0 && found.counter[0] == '\0') {
+      found.scope = scope;
+      found.counter = name;
+      found.value = stat.current;
+    }
+  };
+  const LedgerCounters now = counters();  // the aggregate's current value exists only here
+  for (std::size_t index = 0; index < kStatPoolCount; ++index) {
+    const char* scope = to_string(static_cast<StatPool>(index));
+    for_each_stat(now.pools[index],
+                  [&](const char* name, const Stat& stat) { look_at(scope, name, stat); });
+  }
+  // The event's stream entry was the last hit, so looking it up again allocates nothing.
+  for_each_usage_stat(streams_.usage_of(event.stream),
+                      [&](const char* name, const Stat& stat) { look_at("stream", name, stat); });
+  for_each_usage_stat(tags_[tag_slot(event.tag)],
+                      [&](const char* name, const Stat& stat) { look_at("tag", name, stat); });
+  record_inconsistency(found);
+}
+
+void Ledger::record_malformed_event(const AllocatorEvent& event, const char* field,
+                                    std::int64_t value) noexcept {
+  if (first_inconsistency_) return;
+  LedgerInconsistency found;
+  found.event_index = counters_.events - 1;
+  found.event = event;
+  found.scope = "event";
+  found.counter = field;
+  found.value = value;
+  record_inconsistency(found);
+}
+
+void Ledger::record_inconsistency(const LedgerInconsistency& inconsistency) noexcept {
+  first_inconsistency_ = inconsistency;
+  if (options_.abort_on_inconsistency) {
+    std::fprintf(stderr, "vramledger: ledger inconsistent at %s\n",
+                 inconsistency.to_string().c_str());
+    std::abort();
+  }
+}
+
+}  // namespace vramledger

@@ -1,0 +1,45 @@
+// Per-stream usage with no allocation and no hashing of strings on the hot path: a fixed
+// open-addressed table keyed by the stream handle, with the last hit checked first (most
+// programs allocate on one or two streams). Streams beyond its capacity share one overflow entry.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "accounting/ledger_counters.hpp"
+
+namespace vramledger {
+
+class StreamUsageTable {
+ public:
+  static constexpr std::size_t kCapacity = 64;  // power of two
+
+  UsageStats& usage_of(StreamHandle stream) noexcept {
+    if (last_hit_->in_use && last_hit_->stream == stream) [[likely]] return last_hit_->usage;
+    return usage_of_slow(stream);
+  }
+
+  // Entries that have seen a stream, in slot order, then the overflow entry if used.
+  std::vector<StreamUsage> entries() const;
+  template <typename Visit>
+  void for_each_usage(Visit visit) noexcept {
+    for (Slot& slot : slots_) visit(slot.usage);
+    visit(overflow_.usage);
+  }
+
+ private:
+  struct Slot {
+    StreamHandle stream = 0;
+    bool in_use = false;
+    UsageStats usage;
+  };
+
+  UsageStats& usage_of_slow(StreamHandle stream) noexcept;
+
+  std::array<Slot, kCapacity> slots_{};
+  Slot overflow_{};
+  Slot* last_hit_ = &slots_[0];
+};
+
+}  // namespace vramledger
