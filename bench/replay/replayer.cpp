@@ -16,7 +16,8 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
   // The instant reserved peaks, active memory at that instant (GMLake's "at peak" figure).
   std::int64_t peak_reserved_seen = -1;
   auto observe = [&] {
-    const PoolCounters& all = ledger.counters().pools[stat_pool_index(StatPool::kAggregate)];
+    const LedgerCounters counters = ledger.counters();
+    const PoolCounters& all = counters.pools[stat_pool_index(StatPool::kAggregate)];
     if (all.reserved_bytes.current > peak_reserved_seen) {
       peak_reserved_seen = all.reserved_bytes.current;
       result.active_at_peak_reserved = all.active_bytes.current;
