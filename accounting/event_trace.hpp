@@ -54,7 +54,8 @@ class EventTrace {
     slot.kind = event.kind;
     slot.pool = event.pool;
     slot.tag = event.tag;
-    slot.reserved = 0;
+    slot.inactive_split_delta = event.inactive_split_delta;
+    slot.inactive_split_bytes_delta = event.inactive_split_bytes_delta;
     if (++next_slot_ == capacity_) next_slot_ = 0;  // compare, not modulo: no division
   }
 

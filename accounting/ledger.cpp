@@ -38,6 +38,15 @@ inline std::int64_t lower(const PoolUpdate& update, PoolStat stat, std::int64_t 
   return mine.current;
 }
 
+// A signed change: an increase or a decrease. Returns the new value.
+inline std::int64_t apply_delta(const PoolUpdate& update, PoolStat stat, std::int64_t delta) {
+  if (delta >= 0) {
+    raise(update, stat, delta);
+    return (update.pool.*stat).current;
+  }
+  return lower(update, stat, -delta);
+}
+
 // Storage form to torch's Stat.
 Stat materialized(const Stat& stored) {
   Stat stat = stored;
@@ -120,6 +129,9 @@ void Ledger::on_event(const AllocatorEvent& event) noexcept {
     case EventKind::kFreeCompleted:
       negative = on_free_completed(event, update);
       break;
+    case EventKind::kFree:
+      negative = on_free_requested(event, update) | on_free_completed(event, update);
+      break;
     case EventKind::kSegmentCreate:
       raise(update, &PoolCounters::segment, 1);
       raise_reserved(update, size);
@@ -172,6 +184,11 @@ void Ledger::on_event(const AllocatorEvent& event) noexcept {
     default:
       record_malformed_event(event, "kind", static_cast<std::int64_t>(event.kind));
       return;
+  }
+  if (event.inactive_split_delta != 0 || event.inactive_split_bytes_delta != 0) {
+    negative |= apply_delta(update, &PoolCounters::inactive_split, event.inactive_split_delta) < 0;
+    negative |= apply_delta(update, &PoolCounters::inactive_split_bytes,
+                            event.inactive_split_bytes_delta) < 0;
   }
   if (negative) [[unlikely]] record_negative_counter(event);
 }

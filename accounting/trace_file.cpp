@@ -41,10 +41,10 @@ constexpr std::size_t kMagic = 0, kVersion = 8, kHeaderBytes = 12, kRecordBytes 
 }
 namespace record_field {
 constexpr std::size_t kTime = 0, kAddress = 8, kSize = 16, kRequested = 24, kStream = 32,
-                      kKind = 40, kPool = 41, kTag = 42, kReserved = 44;
+                      kKind = 40, kPool = 41, kTag = 42, kSplitDelta = 44, kSplitBytesDelta = 48;
 }
 
-// Longer records than version 1's are allowed (later fields are skipped) but bounded, so that a
+// Longer records than this version's are allowed (later fields are skipped) but bounded, so that a
 // corrupt size cannot make the reader allocate gigabytes.
 constexpr std::uint32_t kMaxRecordBytes = 4096;
 
@@ -96,7 +96,10 @@ void TraceWriter::write(const TraceRecord& record) {
   bytes[record_field::kKind] = static_cast<std::uint8_t>(record.kind);
   bytes[record_field::kPool] = static_cast<std::uint8_t>(record.pool);
   put_u16(bytes.data() + record_field::kTag, record.tag);
-  put_u32(bytes.data() + record_field::kReserved, 0);
+  put_u32(bytes.data() + record_field::kSplitDelta,
+          static_cast<std::uint32_t>(record.inactive_split_delta));
+  put_u64(bytes.data() + record_field::kSplitBytesDelta,
+          static_cast<std::uint64_t>(record.inactive_split_bytes_delta));
   out_.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   check_stream(out_, "a record");
   ++records_written_;
@@ -134,7 +137,7 @@ TraceReader::TraceReader(std::istream& in) : in_(in) {
   if (header_bytes < kTraceHeaderBytes) {
     throw TraceFormatError(header_field::kHeaderBytes,
                            "header size " + std::to_string(header_bytes) + " is below the " +
-                               std::to_string(kTraceHeaderBytes) + " bytes version 1 requires");
+                               std::to_string(kTraceHeaderBytes) + " bytes this version requires");
   }
   const std::uint32_t record_bytes = get_u32(bytes.data() + header_field::kRecordBytes);
   if (record_bytes < kTraceRecordBytes || record_bytes > kMaxRecordBytes) {
@@ -146,7 +149,7 @@ TraceReader::TraceReader(std::istream& in) : in_(in) {
   const std::uint32_t flags = get_u32(bytes.data() + header_field::kFlags);
   if (flags != 0) {
     throw TraceFormatError(header_field::kFlags,
-                           "unknown flags " + std::to_string(flags) + " (version 1 defines none)");
+                           "unknown flags " + std::to_string(flags) + " (this version defines none)");
   }
   record_buffer_.resize(record_bytes);
   header_.record_count = get_u64(bytes.data() + header_field::kRecordCount);
@@ -217,7 +220,10 @@ bool TraceReader::next(TraceRecord& record) {
   record.kind = static_cast<EventKind>(kind);
   record.pool = static_cast<PoolKind>(pool);
   record.tag = get_u16(bytes.data() + record_field::kTag);
-  record.reserved = 0;  // readers ignore it, so a later version may give it a meaning
+  record.inactive_split_delta =
+      static_cast<std::int32_t>(get_u32(bytes.data() + record_field::kSplitDelta));
+  record.inactive_split_bytes_delta =
+      static_cast<std::int64_t>(get_u64(bytes.data() + record_field::kSplitBytesDelta));
   ++records_read_;
   return true;
 }

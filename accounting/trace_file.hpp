@@ -15,9 +15,9 @@
 namespace vramledger {
 
 inline constexpr char kTraceMagic[8] = {'V', 'R', 'L', 'T', 'R', 'A', 'C', 'E'};
-inline constexpr std::uint32_t kTraceVersion = 1;
+inline constexpr std::uint32_t kTraceVersion = 2;
 inline constexpr std::uint32_t kTraceHeaderBytes = 64;
-inline constexpr std::uint32_t kTraceRecordBytes = 48;
+inline constexpr std::uint32_t kTraceRecordBytes = 56;
 inline constexpr std::uint64_t kUnknownRecordCount = ~std::uint64_t{0};
 
 struct TraceFileHeader {

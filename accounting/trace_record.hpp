@@ -18,11 +18,12 @@ struct TraceRecord {
   EventKind kind = EventKind::kAlloc;
   PoolKind pool = PoolKind::kLarge;
   TagId tag = kUntagged;
-  std::uint32_t reserved = 0;  // zero; keeps the record at 48 bytes, room for a later field
+  std::int32_t inactive_split_delta = 0;
+  std::int64_t inactive_split_bytes_delta = 0;
 
   friend bool operator==(const TraceRecord&, const TraceRecord&) = default;
 };
-static_assert(sizeof(TraceRecord) == 48, "the file format mirrors this layout");
+static_assert(sizeof(TraceRecord) == 56, "the file format mirrors this layout");
 
 inline TraceRecord make_trace_record(const AllocatorEvent& event, std::uint64_t ticks) noexcept {
   TraceRecord record;
@@ -34,6 +35,8 @@ inline TraceRecord make_trace_record(const AllocatorEvent& event, std::uint64_t 
   record.kind = event.kind;
   record.pool = event.pool;
   record.tag = event.tag;
+  record.inactive_split_delta = event.inactive_split_delta;
+  record.inactive_split_bytes_delta = event.inactive_split_bytes_delta;
   return record;
 }
 
@@ -46,6 +49,8 @@ inline AllocatorEvent to_event(const TraceRecord& record) noexcept {
   event.address = static_cast<DevicePtr>(record.address);
   event.size = static_cast<std::size_t>(record.size);
   event.requested = static_cast<std::size_t>(record.requested);
+  event.inactive_split_delta = record.inactive_split_delta;
+  event.inactive_split_bytes_delta = record.inactive_split_bytes_delta;
   return event;
 }
 

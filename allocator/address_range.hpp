@@ -2,6 +2,7 @@
 // every byte) or a virtual span of the paged heap (pages mapped on demand).
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +44,7 @@ struct AddressRange {
   }
   // Number of mapped pages in [first, last).
   std::size_t count_mapped(std::size_t first, std::size_t last) const {
+    if (last == first + 1) return is_mapped(first) ? 1 : 0;  // the common single-page case
     std::size_t count = 0;
     last = std::min(last, mapped_bits.size() * 64);
     while (first < last) {

@@ -7,6 +7,7 @@ const char* to_string(EventKind kind) noexcept {
     case EventKind::kAlloc: return "alloc";
     case EventKind::kFreeRequested: return "free_requested";
     case EventKind::kFreeCompleted: return "free_completed";
+    case EventKind::kFree: return "free";
     case EventKind::kSegmentCreate: return "segment_create";
     case EventKind::kSegmentRelease: return "segment_release";
     case EventKind::kPhysicalCreate: return "physical_create";

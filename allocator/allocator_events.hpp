@@ -32,6 +32,7 @@ enum class EventKind : std::uint8_t {
   kInactiveSplitRemove,
   kAllocRetry,         // a request failed once; cached memory was released and it retried
   kOutOfMemory,        // a request failed for good (size = requested bytes)
+  kFree,               // kFreeRequested and kFreeCompleted at once (no other stream used it)
   kCount
 };
 
@@ -45,6 +46,11 @@ struct AllocatorEvent {
   DevicePtr address = 0;
   std::size_t size = 0;
   std::size_t requested = 0;
+  // Changes of inactive split (count and bytes) caused by this event, e.g. the remainder of a
+  // split block, or neighbours merged on a free. Carried on the event that caused them so the
+  // fast path sends one event per call; kInactiveSplitAdd/Remove remain for changes on their own.
+  std::int32_t inactive_split_delta = 0;
+  std::int64_t inactive_split_bytes_delta = 0;
 };
 
 class AllocatorObserver {

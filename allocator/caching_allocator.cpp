@@ -152,8 +152,7 @@ class CachingAllocator::Impl {
     }
     if (block->stream_uses.empty()) {
       live_.erase(ptr);
-      emit_block(EventKind::kFreeRequested, block);
-      complete_free(block);
+      complete_free(block, EventKind::kFree);
       return;
     }
     // Record an event on every other stream that used the block; all or nothing.
@@ -349,7 +348,18 @@ class CachingAllocator::Impl {
     event.address = address;
     event.size = size;
     event.requested = requested;
+    event.inactive_split_delta = pending_split_count_;
+    event.inactive_split_bytes_delta = pending_split_bytes_;
+    pending_split_count_ = 0;
+    pending_split_bytes_ = 0;
     observer_->on_event(event);
+  }
+
+  // Inactive split changes wait for the event of the operation that caused them and travel on
+  // it (see AllocatorEvent), so the fast path sends one event per call.
+  void note_split_change(int count, std::int64_t bytes) {
+    pending_split_count_ += count;
+    pending_split_bytes_ += bytes;
   }
   void emit_block(EventKind kind, const Block* block) {
     emit(kind, block->range->pool, block->range->owner->stream, block->address, block->size,
@@ -685,13 +695,9 @@ class CachingAllocator::Impl {
     }
     const std::size_t new_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
     if (old_fragment == new_fragment) return;
-    if (old_fragment > 0) {
-      emit(EventKind::kInactiveSplitRemove, span.pool, span.owner->stream, page_start,
-           old_fragment);
-    }
-    if (new_fragment > 0) {
-      emit(EventKind::kInactiveSplitAdd, span.pool, span.owner->stream, page_start, new_fragment);
-    }
+    note_split_change((new_fragment > 0 ? 1 : 0) - (old_fragment > 0 ? 1 : 0),
+                      static_cast<std::int64_t>(new_fragment) -
+                          static_cast<std::int64_t>(old_fragment));
   }
 
   // ---------------------------------------------------------------- fences
@@ -750,12 +756,18 @@ class CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- freeing
 
-  void complete_free(Block* block) {
+  // `kind` is kFree for a free that completes at once, else kFreeCompleted.
+  void complete_free(Block* block, EventKind kind) {
     AddressRange& range = *block->range;
     StreamHeaps& owner = *range.owner;
     if (range.is_span) mark_pages(*block, -1);
-    emit(EventKind::kFreeCompleted, range.pool, owner.stream, block->address, block->size,
-         block->requested, block->tag);
+    AllocatorEvent event{kind};  // sent once the merges below have added their split changes
+    event.pool = range.pool;
+    event.stream = owner.stream;
+    event.address = block->address;
+    event.size = block->size;
+    event.requested = block->requested;
+    event.tag = block->tag;
     const DevicePtr freed_start = block->address;
     const DevicePtr freed_end = block->end();
     block->state = BlockState::kFree;
@@ -781,6 +793,8 @@ class CachingAllocator::Impl {
     }
     index.insert(block);
     refresh_inactive_split(block);
+    emit(event.kind, event.pool, event.stream, event.address, event.size, event.requested,
+         event.tag);
     if (!range.is_span) return;
 
     // Pages the freed bytes touched that now lie wholly in free space.
@@ -817,7 +831,7 @@ class CachingAllocator::Impl {
       pending_.pop_back();
       if (--entry.block->pending_events == 0) {
         live_.erase(entry.block->address);
-        complete_free(entry.block);
+        complete_free(entry.block, EventKind::kFreeCompleted);
       }
     }
   }
@@ -832,8 +846,8 @@ class CachingAllocator::Impl {
   void set_inactive_split(Block* block, bool value) {
     if (block->counted_inactive_split == value) return;
     block->counted_inactive_split = value;
-    emit(value ? EventKind::kInactiveSplitAdd : EventKind::kInactiveSplitRemove,
-         block->range->pool, block->range->owner->stream, block->address, block->size);
+    note_split_change(value ? 1 : -1, value ? static_cast<std::int64_t>(block->size)
+                                            : -static_cast<std::int64_t>(block->size));
   }
 
   // ---------------------------------------------------------------- giving memory back
@@ -1148,6 +1162,8 @@ class CachingAllocator::Impl {
   std::size_t page_bytes_ = 0;
   std::size_t span_bytes_[2] = {0, 0};
   std::size_t reserved_bytes_ = 0;
+  std::int32_t pending_split_count_ = 0;    // see note_split_change
+  std::int64_t pending_split_bytes_ = 0;
 
   ObjectPool<Block> block_pool_;
   BlockAddressMap live_;  // allocated and pending-free blocks by start address

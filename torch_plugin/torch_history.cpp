@@ -83,6 +83,15 @@ void TorchHistory::gather_context_for_free() {
 
 void TorchHistory::on_event(const AllocatorEvent& event, c10::MempoolId_t pool_id) noexcept {
   if (!active_.load(std::memory_order_acquire)) return;
+  if (event.kind == EventKind::kFree) {
+    // torch's trace has no combined entry: a free that completes at once is both.
+    AllocatorEvent part = event;
+    part.kind = EventKind::kFreeRequested;
+    on_event(part, pool_id);
+    part.kind = EventKind::kFreeCompleted;
+    on_event(part, pool_id);
+    return;
+  }
   Action action{};
   if (!action_of(event.kind, &action)) return;
   try {
@@ -102,8 +111,12 @@ void TorchHistory::on_event(const AllocatorEvent& event, c10::MempoolId_t pool_i
     if (settings_.when == RecordContext::STATE || settings_.when == RecordContext::NEVER) {
       context = nullptr;
     }
-    append(action, event.address, event.size, reinterpret_cast<void*>(event.stream), pool_id,
-           std::move(context));
+    // Like torch, block entries carry the size the program asked for.
+    const bool block_entry = event.kind == EventKind::kAlloc ||
+                             event.kind == EventKind::kFreeRequested ||
+                             event.kind == EventKind::kFreeCompleted;
+    append(action, event.address, block_entry ? event.requested : event.size,
+           reinterpret_cast<void*>(event.stream), pool_id, std::move(context));
   } catch (...) {
     // History is best effort: losing an entry must never fail an allocation.
   }

@@ -85,9 +85,9 @@ TEST(TraceFile, LayoutIsLittleEndianAsDocumented) {
   trace.append(event, 0x0A0B0C0D);
   const std::string bytes = serialized(trace);
   EXPECT_EQ(bytes.substr(0, 8), "VRLTRACE");
-  EXPECT_EQ(bytes[8], 1);  // version
+  EXPECT_EQ(bytes[8], 2);  // version
   EXPECT_EQ(static_cast<unsigned char>(bytes[12]), 64);
-  EXPECT_EQ(static_cast<unsigned char>(bytes[16]), 48);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[16]), 56);
   EXPECT_EQ(bytes[24], 1);  // record count
   const std::size_t record = kTraceHeaderBytes;
   EXPECT_EQ(static_cast<unsigned char>(bytes[record + 0]), 0x0D);
@@ -144,9 +144,9 @@ TEST(TraceFile, RejectsTruncatedHeader) {
 TEST(TraceFile, RejectsUnsupportedVersionFlagsAndSizes) {
   const std::string good = serialized(sample_trace(4, 2));
   std::string bytes = good;
-  bytes[8] = 2;
+  bytes[8] = 3;
   EXPECT_EQ(format_error_offset(bytes), 8u);
-  EXPECT_NE(error_message(bytes).find("unsupported format version 2"), std::string::npos);
+  EXPECT_NE(error_message(bytes).find("unsupported format version 3"), std::string::npos);
   bytes = good;
   bytes[12] = 32;
   EXPECT_EQ(format_error_offset(bytes), 12u);
