@@ -39,10 +39,13 @@ phase() {
   local dir=$1 test_args=$2
   shift 3
   echo "=== $dir: meson setup $*"
-  if ! meson setup "$dir" "$@" >"$dir.setup.log" 2>&1; then
-    cat "$dir.setup.log"; echo "=== $dir: configure FAILED"; build_failures=$((build_failures + 1)); return
+  local setup_log
+  setup_log=$(mktemp)
+  if ! meson setup "$dir" "$@" >"$setup_log" 2>&1; then
+    cat "$setup_log"; rm -f "$setup_log"
+    echo "=== $dir: configure FAILED"; build_failures=$((build_failures + 1)); return
   fi
-  rm -f "$dir.setup.log"
+  rm -f "$setup_log"
   if ! meson compile -C "$dir" -j "$jobs"; then
     echo "=== $dir: build FAILED"; build_failures=$((build_failures + 1)); return
   fi
