@@ -21,6 +21,12 @@
 #include "bench/replay/replayer.hpp"
 #include "bench/replay/workload_trace.hpp"
 
+#ifdef VRAMLEDGER_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "allocator/cuda/cuda_backend_factory.hpp"
+#endif
+
 namespace vramledger {
 namespace {
 
@@ -32,10 +38,68 @@ struct Options {
   bool check = false;
 };
 
-std::string policy_name(const Config& config, bool vmm) {
-  const bool paged = vmm && config.options.use_paged_heap;
-  std::string name = paged ? "vramledger paged (VMM)" : "vramledger segments";
-  return name;
+std::string policy_name(const Config& config, const DeviceBackend& backend) {
+  const bool paged = backend.info().supports_virtual_memory && config.options.use_paged_heap;
+  std::string name = paged ? "paged" : "segments";
+  return name + " on " + backend.info().name;
+}
+
+bool is_simulated(const Config& config) {
+  return config.backend == "auto" || config.backend == "simulated";
+}
+
+// The device a replay runs on: the simulated one, or (built with CUDA) a real backend on GPU 0
+// with real streams.
+struct ReplayDevice {
+  std::unique_ptr<DeviceBackend> backend;
+  SimulatedDevice* simulated = nullptr;
+  std::vector<StreamHandle> streams{0};
+
+  StreamHandle stream(std::uint32_t index) {
+    while (streams.size() <= index) {
+      if (simulated != nullptr) {
+        streams.push_back(simulated->create_stream());
+        continue;
+      }
+#ifdef VRAMLEDGER_HAVE_CUDA
+      cudaStream_t stream = nullptr;
+      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+        throw Error(ErrorCode::kDriverError, "cudaStreamCreateWithFlags failed");
+      }
+      streams.push_back(reinterpret_cast<StreamHandle>(stream));
+#endif
+    }
+    return streams[index];
+  }
+  ~ReplayDevice() {
+#ifdef VRAMLEDGER_HAVE_CUDA
+    if (simulated == nullptr) {
+      for (std::size_t i = 1; i < streams.size(); ++i) {
+        cudaStreamDestroy(reinterpret_cast<cudaStream_t>(streams[i]));
+      }
+    }
+#endif
+  }
+};
+
+std::unique_ptr<ReplayDevice> make_device(const Config& config, double capacity_gib) {
+  auto device = std::make_unique<ReplayDevice>();
+  if (is_simulated(config)) {
+    SimulatedDeviceOptions options;
+    options.capacity_bytes = static_cast<std::size_t>(capacity_gib * (1 << 30));
+    auto simulated = std::make_unique<SimulatedDevice>(options);
+    device->simulated = simulated.get();
+    device->backend = std::move(simulated);
+    return device;
+  }
+#ifdef VRAMLEDGER_HAVE_CUDA
+  device->backend = make_cuda_backend(config.backend, 0);
+  return device;
+#else
+  throw Error(ErrorCode::kNotSupported, "backend '" + config.backend +
+                                            "' needs a build with CUDA; this one replays on "
+                                            "the simulated device only");
+#endif
 }
 
 std::string trace_name(const std::string& path) {
@@ -77,23 +141,13 @@ int run(const Options& options) {
     }
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& config = configs[i];
-      if (config.backend != "auto" && config.backend != "simulated") {
-        throw Error(ErrorCode::kInvalidArgument,
-                    "vramledger-replay runs on the simulated device; backend '" + config.backend +
-                        "' needs the GPU replay (scripts/gpu_suite.sh)");
-      }
-      SimulatedDeviceOptions device_options;
-      device_options.capacity_bytes = static_cast<std::size_t>(options.capacity_gib * (1 << 30));
-      SimulatedDevice device(device_options);
+      const std::unique_ptr<ReplayDevice> device = make_device(config, options.capacity_gib);
       Ledger ledger;
-      CachingAllocator allocator(device, &ledger, config.options);
-      std::vector<StreamHandle> streams{0};
-      const ReplayResult result = replay_workload(trace, allocator, ledger, [&](std::uint32_t k) {
-        while (streams.size() <= k) streams.push_back(device.create_stream());
-        return streams[k];
-      });
+      auto allocator = std::make_unique<CachingAllocator>(*device->backend, &ledger, config.options);
+      const ReplayResult result = replay_workload(
+          trace, *allocator, ledger, [&](std::uint32_t k) { return device->stream(k); });
       std::printf("%-20s %-24s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
-                  policy_name(config, device.info().supports_virtual_memory).c_str(),
+                  policy_name(config, *device->backend).c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
                   static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
                   result.gmlake_ratio, static_cast<unsigned long long>(result.device_allocations),
@@ -106,7 +160,7 @@ int run(const Options& options) {
                      trace.peak_requested_bytes);
         ++failures;
       }
-      const BlockCensus census = allocator.census();
+      const BlockCensus census = allocator->census();
       if (options.check) {
         const ConsistencyReport consistency = check_consistency(ledger, census);
         if (!consistency.ok()) {
@@ -116,7 +170,7 @@ int run(const Options& options) {
       }
       if (options.report && i + 1 == configs.size()) {
         std::printf("\nAccount after replaying %s (%s), everything freed, cache kept:\n%s\n",
-                    name.c_str(), policy_name(config, true).c_str(),
+                    name.c_str(), policy_name(config, *device->backend).c_str(),
                     text_report(ledger, census).c_str());
       }
     }
@@ -129,7 +183,8 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   vramledger::Options options;
-  CLI::App app{"Replays vramledger workload traces on the simulated device."};
+  CLI::App app{"Replays vramledger workload traces on the simulated device or, with "
+               "--conf backend:vmm|cuda_malloc|malloc_async, on GPU 0."};
   app.add_option("traces", options.traces, "workload traces (.vlt or .vlt.gz)")
       ->required()
       ->check(CLI::ExistingFile);
