@@ -190,7 +190,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--conf", options.confs,
                  "allocator configuration string, repeatable (default: paged heap and segment "
-                 "heap)");
+                 "heap)")
+      ->allow_extra_args(false);
   app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
       ->check(CLI::PositiveNumber);
   app.add_flag("--report", options.report, "print the ledger's account after each trace");
