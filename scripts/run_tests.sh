@@ -53,7 +53,12 @@ phase() {
   meson test -C "$dir" --no-rebuild --num-processes "$jobs" --print-errorlogs $test_args || true
 }
 
-phase build-release "" -- --buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto
+# The torch plugin is built against the torch scripts/setup.sh pinned in .venv, when it is there.
+torch_args=()
+if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
+  torch_args=(-Dtorch_python="$repo_root/.venv/bin/python")
+fi
+phase build-release "" -- --buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}"
 # Stress tests scale their operation count down under the sanitizers (see tests/stress/).
 VRAMLEDGER_STRESS_OPS=${VRAMLEDGER_STRESS_OPS_SANITIZED:-200000} \
   phase build-asan "--timeout-multiplier 4" -- "${sanitizer_common[@]}" -Db_sanitize=address,undefined

@@ -78,3 +78,18 @@ else
     fi
   fi
 fi
+
+# PyTorch, pinned to the GPU machine's 2.11.0 (torch's CUDAAllocator vtable changes with every
+# minor release), without its dependencies: the plugin build needs only torch's headers and
+# libraries, and its self-test runs on the simulated device. Only where the CUDA toolkit is, since
+# the plugin sits on the CUDA backends.
+TORCH_VERSION=2.11.0
+if [[ -x "$venv/bin/python" ]] && { command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+  if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$TORCH_VERSION')" 2>/dev/null; then
+    echo "setup: torch==$TORCH_VERSION present in $venv"
+  else
+    echo "setup: installing torch==$TORCH_VERSION (without dependencies) into $venv for the plugin build"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torch==$TORCH_VERSION" ||
+      echo "setup: WARNING: could not install torch==$TORCH_VERSION; the torch plugin is not built" >&2
+  fi
+fi
