@@ -515,7 +515,11 @@ class CachingAllocator::Impl {
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
     FreeBlockIndex& index = heaps.free[pool_index(pool)];
     Block* block = index.find(size);
-    if (block == nullptr) block = add_span(heaps, pool, size);
+    if (block == nullptr) {
+      block = add_span(heaps, pool, size);
+    } else if (pages_to_map(*block->range, block->address, size) > 0) {
+      block = fit_needing_fewest_new_pages(index, size, block);
+    }
     AddressRange& span = *block->range;
     const std::size_t first = page_of(span, block->address);
     const std::size_t last = page_of(span, block->address + size - 1);
@@ -530,6 +534,30 @@ class CachingAllocator::Impl {
     if (block->size > size) index.insert(split_front(block, size));
     mark_pages(*block, +1);
     return block;
+  }
+
+  // The best fit by size needs new pages, which costs driver calls and, when no page is free
+  // anywhere, memory: look at a few other fits for one that needs fewer.
+  Block* fit_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
+                                      Block* best_fit) const {
+    constexpr int kCandidates = 8;
+    Block* best = best_fit;
+    std::size_t best_pages = pages_to_map(*best_fit->range, best_fit->address, size);
+    index.for_each_fit(size, kCandidates, [&](Block* candidate) {
+      if (best_pages == 0) return;
+      const std::size_t pages = pages_to_map(*candidate->range, candidate->address, size);
+      if (pages < best_pages) {
+        best = candidate;
+        best_pages = pages;
+      }
+    });
+    return best;
+  }
+
+  std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const {
+    const std::size_t first = page_of(span, address);
+    const std::size_t last = page_of(span, address + size - 1);
+    return last - first + 1 - span.count_mapped(first, last + 1);
   }
 
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size) {

@@ -26,6 +26,24 @@ class FreeBlockIndex {
   // A free block of at least `size` bytes, or nullptr. The block stays in the index.
   Block* find(std::size_t size) const;
 
+  // Calls visit(block) for up to `limit` free blocks of at least `size` bytes, smallest classes
+  // first (for choosing among good fits by another criterion than size).
+  template <typename Visitor>
+  void for_each_fit(std::size_t size, int limit, Visitor&& visit) const {
+    for (std::uint32_t bin = bin_of(size); bin < bins_.size() && limit > 0; ++bin) {
+      const int cls = class_of(bin);
+      if ((class_bitmap_ >> cls & 1) == 0) {
+        bin = (static_cast<std::uint32_t>(cls) + 1) * kSubclasses - 1;  // skip the empty class
+        continue;
+      }
+      for (Block* b = bins_[bin]; b != nullptr && limit > 0; b = b->free_next) {
+        if (b->size < size) continue;
+        visit(b);
+        --limit;
+      }
+    }
+  }
+
   std::size_t count() const { return count_; }
   // Visits every block (for census and reports); order unspecified.
   template <typename Visitor>

@@ -1,0 +1,78 @@
+// Replays every trace of the recorded corpus (bench/traces/corpus, real models on the H200) on
+// the simulated device and holds the policy to its measured figures: the paged heap within 2% of
+// peak requested, the segment heap within one large segment of what PyTorch itself reserved in
+// the recorded run, and the ledger consistent with a recount after each replay.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "accounting/consistency.hpp"
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "bench/replay/replayer.hpp"
+#include "bench/replay/workload_trace.hpp"
+
+namespace vramledger {
+namespace {
+
+std::vector<std::string> corpus_traces() {
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(VRAMLEDGER_CORPUS_DIR)) {
+    const std::string path = entry.path().string();
+    if (path.ends_with(".vlt.gz")) paths.push_back(path);
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+ReplayResult replay(const WorkloadTrace& trace, bool paged, ConsistencyReport* consistency) {
+  SimulatedDeviceOptions device_options;
+  device_options.capacity_bytes = std::size_t{140} << 30;
+  SimulatedDevice device(device_options);
+  Ledger ledger;
+  AllocatorOptions options;
+  options.use_paged_heap = paged;
+  CachingAllocator allocator(device, &ledger, options);
+  std::vector<StreamHandle> streams{0};
+  ReplayResult result = replay_workload(trace, allocator, ledger, [&](std::uint32_t k) {
+    while (streams.size() <= k) streams.push_back(device.create_stream());
+    return streams[k];
+  });
+  *consistency = check_consistency(ledger, allocator.census());
+  return result;
+}
+
+TEST(CorpusReplay, CorpusIsThere) { EXPECT_GE(corpus_traces().size(), 6u); }
+
+TEST(CorpusReplay, PagedHeapStaysWithinTwoPercentOfPeakRequested) {
+  for (const std::string& path : corpus_traces()) {
+    SCOPED_TRACE(path);
+    const WorkloadTrace trace = read_workload_trace(path);
+    ConsistencyReport consistency;
+    const ReplayResult result = replay(trace, /*paged=*/true, &consistency);
+    EXPECT_TRUE(consistency.ok()) << consistency.to_string();
+    EXPECT_EQ(result.out_of_memory, 0u);
+    EXPECT_EQ(static_cast<std::size_t>(result.peak_requested_bytes), trace.peak_requested_bytes);
+    EXPECT_LE(result.overhead_ratio, 1.02);
+  }
+}
+
+TEST(CorpusReplay, SegmentHeapReservesWhatPyTorchReserved) {
+  constexpr double kOneLargeSegment = 20.0 * (1 << 20);
+  for (const std::string& path : corpus_traces()) {
+    SCOPED_TRACE(path);
+    const WorkloadTrace trace = read_workload_trace(path);
+    ASSERT_TRUE(trace.metadata.contains("torch_peak_reserved_bytes"));
+    const double torch_reserved = std::stod(trace.metadata.at("torch_peak_reserved_bytes"));
+    ConsistencyReport consistency;
+    const ReplayResult result = replay(trace, /*paged=*/false, &consistency);
+    EXPECT_TRUE(consistency.ok()) << consistency.to_string();
+    EXPECT_NEAR(static_cast<double>(result.peak_reserved_bytes), torch_reserved, kOneLargeSegment);
+  }
+}
+
+}  // namespace
+}  // namespace vramledger
