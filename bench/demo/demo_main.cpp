@@ -25,11 +25,9 @@
 #include "allocator/config.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/demo/synthetic_training.hpp"
+#include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
 #include "bench/replay/workload_trace.hpp"
-#ifdef VRAMLEDGER_HAVE_CUDA
-#include "allocator/cuda/cuda_backend_factory.hpp"
-#endif
 
 namespace vramledger {
 namespace {
@@ -114,49 +112,6 @@ WorkloadTrace load_workload(const Options& options) {
 }
 
 // The device the allocator runs on, and how trace streams map onto its streams.
-struct Device {
-  std::unique_ptr<DeviceBackend> backend;
-  SimulatedDevice* simulated = nullptr;  // null for real GPUs
-
-  StreamHandle stream(std::uint32_t index) {
-    // Real backends offer no stream creation; every trace stream maps to the default stream.
-    if (simulated == nullptr || index == 0) return 0;
-    while (streams.size() < index) streams.push_back(simulated->create_stream());
-    return streams[index - 1];
-  }
-  std::vector<StreamHandle> streams;
-};
-
-Device make_device(const Options& options) {
-  Device device;
-  if (options.backend == "simulated") {
-    SimulatedDeviceOptions device_options;
-    device_options.capacity_bytes =
-        static_cast<std::size_t>(options.capacity_gib * double(std::size_t{1} << 30));
-    auto simulated = std::make_unique<SimulatedDevice>(device_options);
-    device.simulated = simulated.get();
-    device.backend = std::move(simulated);
-    return device;
-  }
-#ifdef VRAMLEDGER_HAVE_CUDA
-  if (!cuda_device_available()) {
-    throw Error(ErrorCode::kNotSupported,
-                "backend '" + options.backend + "' needs a GPU: " + cuda_device_unavailable_reason());
-  }
-  device.backend = make_cuda_backend(options.backend, 0);
-  return device;
-#else
-  throw Error(ErrorCode::kNotSupported, "backend '" + options.backend +
-                                            "' is not built into this binary (configure with "
-                                            "the CUDA toolkit present: -Dcuda=enabled)");
-#endif
-}
-
-std::string describe_policy(const Config& config, const DeviceBackend& backend) {
-  const bool paged = config.options.use_paged_heap && backend.info().supports_virtual_memory;
-  return std::string(paged ? "paged heap" : "segment heap") + " on " + backend.info().name;
-}
-
 // Replays the workload under one configuration; returns false when the books do not balance.
 bool run_one(const Options& options, const WorkloadTrace& workload, const std::string& conf_text) {
   const Config config = parse_config(conf_text);
@@ -164,14 +119,14 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
     throw Error(ErrorCode::kInvalidArgument, "--conf names backend '" + config.backend +
                                                  "' but --backend is '" + options.backend + "'");
   }
-  Device device = make_device(options);
+  ReplayDevice device(options.backend, options.capacity_gib);
   Ledger ledger;
-  CachingAllocator allocator(*device.backend, &ledger, config.options);
+  CachingAllocator allocator(device.backend(), &ledger, config.options);
   const ReplayResult result = replay_workload(
       workload, allocator, ledger, [&](std::uint32_t index) { return device.stream(index); });
   allocator.process_completed_frees();
 
-  std::printf("=== %s, conf \"%s\"\n", describe_policy(config, *device.backend).c_str(),
+  std::printf("=== %s, conf \"%s\"\n", describe_policy(config, device.backend()).c_str(),
               conf_text.c_str());
   std::printf("operations %zu, allocations %zu, refused (out of memory) %zu, replay %.3f s\n",
               result.operations, result.allocations, result.out_of_memory, result.seconds);

@@ -18,14 +18,9 @@
 #include "allocator/caching_allocator.hpp"
 #include "allocator/config.hpp"
 #include "allocator/simulated/simulated_device.hpp"
+#include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
 #include "bench/replay/workload_trace.hpp"
-
-#ifdef VRAMLEDGER_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "allocator/cuda/cuda_backend_factory.hpp"
-#endif
 
 namespace vramledger {
 namespace {
@@ -37,70 +32,6 @@ struct Options {
   bool report = false;
   bool check = false;
 };
-
-std::string policy_name(const Config& config, const DeviceBackend& backend) {
-  const bool paged = backend.info().supports_virtual_memory && config.options.use_paged_heap;
-  std::string name = paged ? "paged" : "segments";
-  return name + " on " + backend.info().name;
-}
-
-bool is_simulated(const Config& config) {
-  return config.backend == "auto" || config.backend == "simulated";
-}
-
-// The device a replay runs on: the simulated one, or (built with CUDA) a real backend on GPU 0
-// with real streams.
-struct ReplayDevice {
-  std::unique_ptr<DeviceBackend> backend;
-  SimulatedDevice* simulated = nullptr;
-  std::vector<StreamHandle> streams{0};
-
-  StreamHandle stream(std::uint32_t index) {
-    while (streams.size() <= index) {
-      if (simulated != nullptr) {
-        streams.push_back(simulated->create_stream());
-        continue;
-      }
-#ifdef VRAMLEDGER_HAVE_CUDA
-      cudaStream_t stream = nullptr;
-      if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-        throw Error(ErrorCode::kDriverError, "cudaStreamCreateWithFlags failed");
-      }
-      streams.push_back(reinterpret_cast<StreamHandle>(stream));
-#endif
-    }
-    return streams[index];
-  }
-  ~ReplayDevice() {
-#ifdef VRAMLEDGER_HAVE_CUDA
-    if (simulated == nullptr) {
-      for (std::size_t i = 1; i < streams.size(); ++i) {
-        cudaStreamDestroy(reinterpret_cast<cudaStream_t>(streams[i]));
-      }
-    }
-#endif
-  }
-};
-
-std::unique_ptr<ReplayDevice> make_device(const Config& config, double capacity_gib) {
-  auto device = std::make_unique<ReplayDevice>();
-  if (is_simulated(config)) {
-    SimulatedDeviceOptions options;
-    options.capacity_bytes = static_cast<std::size_t>(capacity_gib * (1 << 30));
-    auto simulated = std::make_unique<SimulatedDevice>(options);
-    device->simulated = simulated.get();
-    device->backend = std::move(simulated);
-    return device;
-  }
-#ifdef VRAMLEDGER_HAVE_CUDA
-  device->backend = make_cuda_backend(config.backend, 0);
-  return device;
-#else
-  throw Error(ErrorCode::kNotSupported, "backend '" + config.backend +
-                                            "' needs a build with CUDA; this one replays on "
-                                            "the simulated device only");
-#endif
-}
 
 std::string trace_name(const std::string& path) {
   std::string name = path.substr(path.find_last_of('/') + 1);
@@ -126,7 +57,7 @@ double metadata_number(const WorkloadTrace& trace, const std::string& key) {
 int run(const Options& options) {
   std::vector<Config> configs;
   for (const std::string& text : options.confs) configs.push_back(parse_config(text));
-  std::printf("%-20s %-24s %14s %14s %7s %7s %9s %9s %8s\n", "trace", "policy", "peak requested",
+  std::printf("%-20s %-28s %14s %14s %7s %7s %9s %9s %8s\n", "trace", "policy", "peak requested",
               "peak reserved", "ratio", "gmlake", "dev.alloc", "map+unmap", "seconds");
   int failures = 0;
   for (const std::string& path : options.traces) {
@@ -135,19 +66,19 @@ int run(const Options& options) {
     const double torch_reserved = metadata_number(trace, "torch_peak_reserved_bytes");
     const double torch_requested = metadata_number(trace, "torch_peak_requested_bytes");
     if (torch_reserved > 0 && torch_requested > 0) {
-      std::printf("%-20s %-24s %14.0f %14.0f %7.4f %7s %9s %9s %8s\n", name.c_str(),
+      std::printf("%-20s %-28s %14.0f %14.0f %7.4f %7s %9s %9s %8s\n", name.c_str(),
                   "recorded run (torch)", torch_requested, torch_reserved,
                   torch_reserved / torch_requested, "", "", "", "");
     }
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& config = configs[i];
-      const std::unique_ptr<ReplayDevice> device = make_device(config, options.capacity_gib);
+      ReplayDevice device(config.backend, options.capacity_gib);
       Ledger ledger;
-      auto allocator = std::make_unique<CachingAllocator>(*device->backend, &ledger, config.options);
+      auto allocator = std::make_unique<CachingAllocator>(device.backend(), &ledger, config.options);
       const ReplayResult result = replay_workload(
-          trace, *allocator, ledger, [&](std::uint32_t k) { return device->stream(k); });
-      std::printf("%-20s %-24s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
-                  policy_name(config, *device->backend).c_str(),
+          trace, *allocator, ledger, [&](std::uint32_t k) { return device.stream(k); });
+      std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
+                  describe_policy(config, device.backend()).c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
                   static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
                   result.gmlake_ratio, static_cast<unsigned long long>(result.device_allocations),
@@ -170,7 +101,7 @@ int run(const Options& options) {
       }
       if (options.report && i + 1 == configs.size()) {
         std::printf("\nAccount after replaying %s (%s), everything freed, cache kept:\n%s\n",
-                    name.c_str(), policy_name(config, *device->backend).c_str(),
+                    name.c_str(), describe_policy(config, device.backend()).c_str(),
                     text_report(ledger, census).c_str());
       }
     }
