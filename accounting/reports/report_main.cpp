@@ -1,0 +1,112 @@
+// vramledger-report: replays a workload trace (docs/workload_trace_format.md) through the
+// caching allocator on the simulated device and writes the ledger's reports.
+//
+//   vramledger-report bench/traces/corpus/gpt2_train.vlt.gz --html gpt2.html --json gpt2.json
+//   vramledger-report trace.vlt.gz --conf paged_heap:false --prometheus metrics.prom
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "accounting/ledger.hpp"
+#include "accounting/reports/html_report.hpp"
+#include "accounting/reports/json_report.hpp"
+#include "accounting/reports/prometheus_report.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/config.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "bench/replay/replayer.hpp"
+#include "bench/replay/workload_trace.hpp"
+
+namespace vramledger {
+namespace {
+
+struct Options {
+  std::string trace;
+  std::string conf;
+  double capacity_gib = 143771.0 / 1024.0;  // an H200
+  std::size_t samples = 600;
+  bool empty_cache = false;
+  std::string json_path;
+  std::string prometheus_path;
+  std::string html_path;
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
+int run(const Options& options) {
+  const Config config = parse_config(options.conf);
+  const WorkloadTrace trace = read_workload_trace(options.trace);
+
+  SimulatedDeviceOptions device_options;
+  device_options.capacity_bytes = static_cast<std::size_t>(options.capacity_gib * (1 << 30));
+  SimulatedDevice device(device_options);
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger, config.options);
+  std::vector<StreamHandle> streams{0};
+  const ReplayResult result = replay_workload(trace, allocator, ledger, [&](std::uint32_t index) {
+    while (streams.size() <= index) streams.push_back(device.create_stream());
+    return streams[index];
+  });
+  if (options.empty_cache) allocator.empty_cache();
+  const BlockCensus census = allocator.census();
+
+  const bool paged = device.info().supports_virtual_memory && config.options.use_paged_heap;
+  const std::string policy = paged ? "paged heap" : "segment heap";
+  if (!options.json_path.empty()) {
+    write_file(options.json_path, ledger_to_json(ledger, &census).dump(2) + "\n");
+  }
+  if (!options.prometheus_path.empty()) {
+    write_file(options.prometheus_path, ledger_to_prometheus(ledger));
+  }
+  if (!options.html_path.empty()) {
+    HtmlReportOptions html;
+    html.title = "vramledger: " + base_name(options.trace);
+    html.subtitle = policy + " on the simulated device, " + std::to_string(result.operations) +
+                    " workload operations replayed";
+    html.max_samples = options.samples;
+    write_file(options.html_path, ledger_to_html(ledger, &census, html));
+  }
+  std::printf("%s (%s): peak requested %lld, peak reserved %lld, overhead ratio %.4f\n",
+              base_name(options.trace).c_str(), policy.c_str(),
+              static_cast<long long>(result.peak_requested_bytes),
+              static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio);
+  return ledger.inconsistent() ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace vramledger
+
+int main(int argc, char** argv) {
+  vramledger::Options options;
+  CLI::App app{"Replays a workload trace on the simulated device and writes the ledger's "
+               "reports (JSON, Prometheus text, self-contained HTML)."};
+  app.add_option("trace", options.trace, "workload trace (.vlt or .vlt.gz)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--conf", options.conf, "allocator configuration string (default: paged heap)");
+  app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--samples", options.samples, "points of the HTML timeline")
+      ->check(CLI::Range(2, 100000));
+  app.add_flag("--empty-cache", options.empty_cache, "empty the cache before reporting");
+  app.add_option("--json", options.json_path, "write the JSON report here");
+  app.add_option("--prometheus", options.prometheus_path, "write Prometheus text here");
+  app.add_option("--html", options.html_path, "write the HTML report here");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return vramledger::run(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "vramledger-report: %s\n", error.what());
+    return 2;
+  }
+}
