@@ -139,16 +139,11 @@ void append_usage_table(std::string& out, const char* title, const std::vector<E
 // The numbers behind the chart, for the hover script: x in SVG units and each line's bytes.
 std::string timeline_data(const BreakdownTimeline& timeline) {
   nlohmann::json data;
-  const double left = 84, right = kChartWidth - 16.0;  // the frame timeline_svg.cpp draws in
-  const std::uint64_t x_min = timeline.samples.empty() ? 0 : timeline.samples.front().sequence;
-  const std::uint64_t x_max = timeline.samples.empty() ? 0 : timeline.samples.back().sequence;
   data["x"] = nlohmann::json::array();
   data["sequence"] = nlohmann::json::array();
   data["reserved"] = nlohmann::json::array();
   for (const TimelineSample& sample : timeline.samples) {
-    const double span = static_cast<double>(x_max - x_min);
-    const double fraction = span > 0 ? static_cast<double>(sample.sequence - x_min) / span : 0.5;
-    data["x"].push_back(std::round((left + fraction * (right - left)) * 10) / 10);
+    data["x"].push_back(std::round(timeline_x(timeline, sample.sequence, kChartWidth) * 10) / 10);
     data["sequence"].push_back(sample.sequence);
     data["reserved"].push_back(sample.breakdown.reserved);
   }

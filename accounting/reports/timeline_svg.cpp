@@ -26,9 +26,10 @@ Frame make_frame(const BreakdownTimeline& timeline, int width, int height, doubl
   Frame frame;
   frame.right = width - 16.0;
   frame.bottom = height - 28.0;
-  if (!timeline.samples.empty()) {
-    frame.x_min = timeline.samples.front().sequence;
-    frame.x_max = timeline.samples.back().sequence;
+  // The whole replayed stream, not just the sampled instants, so the axis starts at its start.
+  if (timeline.events > 0) {
+    frame.x_min = timeline.first_sequence;
+    frame.x_max = timeline.first_sequence + timeline.events - 1;
   }
   frame.y_max = y_max > 0 ? y_max : 1;
   return frame;
@@ -119,6 +120,10 @@ const std::array<BreakdownCategory, 6>& breakdown_categories() {
        &MemoryBreakdown::unmapped_physical},
   }};
   return categories;
+}
+
+double timeline_x(const BreakdownTimeline& timeline, std::uint64_t sequence, int width) {
+  return make_frame(timeline, width, 100, 1).x(sequence);
 }
 
 std::string stacked_breakdown_svg(const BreakdownTimeline& timeline, int width, int height) {

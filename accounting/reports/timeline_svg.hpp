@@ -19,6 +19,9 @@ struct BreakdownCategory {
 // Bottom of the stack first.
 const std::array<BreakdownCategory, 6>& breakdown_categories();
 
+// Where the charts put an event of the stream, in SVG units (for the hover read-out's data).
+double timeline_x(const BreakdownTimeline& timeline, std::uint64_t sequence, int width);
+
 // One <path class="area" data-line="KEY"> per category (omitted when the timeline is empty),
 // axes with byte ticks. Width and height are the SVG's user units.
 std::string stacked_breakdown_svg(const BreakdownTimeline& timeline, int width, int height);
