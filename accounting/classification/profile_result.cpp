@@ -2,17 +2,36 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 namespace vramledger {
 
+namespace {
+
+__extension__ typedef __int128 Int128;
+
+// floor(fraction * total) computed exactly from the double's binary value (Python's
+// math.floor(Fraction(fraction) * total) gives the same byte), so both sides agree to the byte.
+std::int64_t exact_floor_product(double fraction, std::int64_t total) {
+  if (!(fraction >= 0) || !std::isfinite(fraction) || total < 0) {
+    throw std::invalid_argument("KvBudget: utilization must be finite and >= 0");
+  }
+  if (fraction == 0 || total == 0) return 0;
+  int exponent = 0;
+  const double mantissa = std::frexp(fraction, &exponent);  // fraction = mantissa * 2^exponent
+  const auto integer_mantissa = static_cast<std::int64_t>(std::ldexp(mantissa, 53));  // exact
+  const Int128 product = static_cast<Int128>(integer_mantissa) * total;
+  const int shift = exponent - 53;
+  if (shift >= 0) return static_cast<std::int64_t>(product << shift);
+  if (shift <= -127) return 0;
+  return static_cast<std::int64_t>(product >> -shift);  // product >= 0: shifting floors
+}
+
+}  // namespace
+
 std::int64_t KvBudget::resolve(std::int64_t device_total_bytes) const {
   if (bytes) return *bytes;
-  if (utilization) {
-    // long double keeps every byte of a 2^47-byte device exact before the floor.
-    return static_cast<std::int64_t>(
-        std::floor(static_cast<long double>(*utilization) *
-                   static_cast<long double>(device_total_bytes)));
-  }
+  if (utilization) return exact_floor_product(*utilization, device_total_bytes);
   return 0;
 }
 

@@ -61,7 +61,8 @@ TEST(MemoryProfiler, NeighbourAllocating8GiBMovesVllmButNotUs) {
   EXPECT_EQ(r.peak_activation_bytes, 3 * kGiB / 2 + kGiB / 4);
   EXPECT_EQ(r.baseline_bytes, 612 * kMiB);
   EXPECT_EQ(r.device_total_bytes, kH200Total);
-  const auto budget = static_cast<std::int64_t>(std::floor(0.9L * kH200Total));
+  // floor(0.9 * 150,754,820,096), 0.9 being the double nearest to it (just above 0.9).
+  const std::int64_t budget = 135'679'338'086;
   EXPECT_EQ(r.budget_bytes, budget);
   EXPECT_EQ(r.kv_cache_budget_bytes,
             budget - 612 * kMiB - (3 * kGiB + kGiB / 2) - (3 * kGiB / 2 + kGiB / 4));
@@ -208,6 +209,18 @@ TEST(MemoryProfiler, CallsOutOfOrderThrow) {
   EXPECT_THROW(profiler.begin_profile(), std::logic_error);
   EXPECT_THROW(profiler.result(KvBudget::of_bytes(1)), std::logic_error);
   EXPECT_THROW(MemoryProfiler({}), std::invalid_argument);
+}
+
+TEST(KvBudget, UtilizationIsFlooredExactly) {
+  EXPECT_EQ(KvBudget::of_utilization(0.5).resolve(3), 1);
+  EXPECT_EQ(KvBudget::of_utilization(1.0).resolve(kH200Total), kH200Total);
+  EXPECT_EQ(KvBudget::of_utilization(0.0).resolve(kH200Total), 0);
+  // 0.1 as a double is 0.1000000000000000055511151231257827...: 10 * it floors to 1.
+  EXPECT_EQ(KvBudget::of_utilization(0.1).resolve(10), 1);
+  // 0.7 as a double is 0.6999999999999999555910790149937...: 10 * it floors to 6.
+  EXPECT_EQ(KvBudget::of_utilization(0.7).resolve(10), 6);
+  EXPECT_EQ(KvBudget::of_bytes(123).resolve(kH200Total), 123);
+  EXPECT_THROW(KvBudget::of_utilization(-0.1).resolve(10), std::invalid_argument);
 }
 
 TEST(ProfileResult, LogLinesUseVllmsWording) {

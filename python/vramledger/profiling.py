@@ -1,0 +1,257 @@
+"""vLLM-style memory profiling from vramledger's own counters.
+
+    import vramledger
+    from vramledger.profiling import memory_profile
+
+    with memory_profile(process_memory=my_nvml_sampler) as prof:   # baseline
+        with prof.loading():
+            model = load_model()
+        with prof.profiling():                                      # resets peak stats
+            model(dummy_batch)
+    result = prof.result(utilization=0.9)
+    for line in result.log_lines():
+        print(line)
+
+The same quantities as the C++ MemoryProfiler (accounting/classification/memory_profiler.hpp);
+docs/classification.md defines each one. Torch figures come from vramledger.stats(), so they are
+exact. Non-torch memory is `process usage - torch reserved` when a per-process sampler is given
+(NVML's per-process figure: a neighbour process cannot move it), `device used - reserved` (vLLM's
+figure, with a warning) when only device figures are available, and not measured otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+GIB = 1 << 30
+
+
+@dataclass
+class ProcessMemory:
+    """One sample of the process's device memory (what the C++ ProcessMemory holds)."""
+
+    device_used_bytes: int
+    device_total_bytes: int
+    process_used_bytes: Optional[int] = None  # NVML per-process figure; None where unavailable
+    process_used_unavailable: str = ""
+
+
+@dataclass
+class _Snapshot:
+    allocated: int
+    peak_allocated: int
+    reserved: int
+    weights_tag: int
+    total_bytes: int
+    non_torch: int
+    tracked_non_torch: int
+    basis: str
+    caveat: str = ""
+    device_total: int = 0
+    problems: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ProfileResult:
+    budget_bytes: int
+    device_total_bytes: int
+    utilization: Optional[float]
+    baseline_bytes: int
+    weights_bytes: int
+    other_torch_bytes: int
+    non_torch_increase_bytes: int
+    peak_activation_bytes: int
+    kv_cache_budget_bytes: int
+    weights_tag_bytes: int
+    non_torch_tracked_increase_bytes: int
+    non_torch_basis: str
+    warnings: List[str] = field(default_factory=list)
+
+    def accounted_bytes(self) -> int:
+        """Equals budget_bytes by construction."""
+        return (self.baseline_bytes + self.weights_bytes + self.other_torch_bytes
+                + self.non_torch_increase_bytes + self.peak_activation_bytes
+                + self.kv_cache_budget_bytes)
+
+    def log_lines(self) -> List[str]:
+        """vLLM's wording, as the C++ ProfileResult::log_lines prints it."""
+        if self.utilization is not None:
+            first = (f"the current instance can use total_gpu_memory "
+                     f"({_gib(self.device_total_bytes)}GiB) x gpu_memory_utilization "
+                     f"({self.utilization:.2f}) = {_gib(self.budget_bytes)}GiB")
+        else:
+            first = (f"the current instance can use a per-instance budget of "
+                     f"{_gib(self.budget_bytes)}GiB")
+        lines = [
+            first,
+            f"model weights take {_gib(self.weights_bytes)}GiB; non_torch_memory takes "
+            f"{_gib(self.non_torch_increase_bytes)}GiB; PyTorch activation peak memory takes "
+            f"{_gib(self.peak_activation_bytes)}GiB; the rest of the memory reserved for KV "
+            f"Cache is {_gib(self.kv_cache_budget_bytes)}GiB.",
+            f"memory in use before loading (CUDA context, modules, driver, earlier allocations) "
+            f"takes {_gib(self.baseline_bytes)}GiB; other PyTorch allocations kept from loading "
+            f"to profiling take {_gib(self.other_torch_bytes)}GiB; non-torch figures from "
+            f"{self.non_torch_basis}.",
+        ]
+        lines += [f"WARNING: {warning}" for warning in self.warnings]
+        return lines
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / GIB:.2f}"
+
+
+def _current(stats: Dict[str, Any], key: str, which: str = "current") -> int:
+    return int(stats[key]["all"][which])
+
+
+class MemoryProfile:
+    """The phases of one profile: begin -> loading -> profiling -> result.
+
+    stats_fn / reset_peaks_fn default to vramledger.stats / vramledger.reset_peak_stats for
+    `device`; tests pass fakes. process_memory: a callable returning ProcessMemory (e.g. from
+    pynvml). non_torch: a callable returning {library: live bytes} from a tracker, or None.
+    """
+
+    def __init__(self, device: Any = None, *,
+                 stats_fn: Optional[Callable[[], Dict[str, Any]]] = None,
+                 reset_peaks_fn: Optional[Callable[[], None]] = None,
+                 process_memory: Optional[Callable[[], ProcessMemory]] = None,
+                 non_torch: Optional[Callable[[], Dict[str, int]]] = None) -> None:
+        if stats_fn is None or reset_peaks_fn is None:
+            from . import reset_peak_stats, stats  # the public API; imported late (needs torch)
+
+            stats_fn = stats_fn or (lambda: stats(device))
+            reset_peaks_fn = reset_peaks_fn or (lambda: reset_peak_stats(device))
+        self._stats = stats_fn
+        self._reset_peaks = reset_peaks_fn
+        self._process_memory = process_memory
+        self._non_torch = non_torch
+        self._phase = "idle"
+        self._at: Dict[str, _Snapshot] = {}
+
+    def snapshot(self) -> _Snapshot:
+        stats = self._stats()
+        reserved = _current(stats, "reserved_bytes")
+        weights = stats.get("tags", {}).get("weights", {})
+        tracked = sum(self._non_torch().values()) if self._non_torch else 0
+        snap = _Snapshot(
+            allocated=_current(stats, "allocated_bytes"),
+            peak_allocated=_current(stats, "allocated_bytes", "peak"),
+            reserved=reserved,
+            weights_tag=int(weights.get("allocated_bytes", {}).get("current", 0)),
+            total_bytes=int(stats.get("total_bytes", 0)),
+            non_torch=tracked, tracked_non_torch=tracked,
+            basis="tracker_only" if self._non_torch else "none")
+        if self._process_memory is not None:
+            memory = self._process_memory()
+            snap.device_total = memory.device_total_bytes
+            if memory.process_used_bytes is not None:
+                snap.basis = "process_usage"
+                snap.non_torch = memory.process_used_bytes - reserved
+                if snap.non_torch < tracked:
+                    snap.problems.append(
+                        f"MISSING HOOK: the classified lines exceed process usage by "
+                        f"{tracked - snap.non_torch} bytes")
+            else:
+                snap.basis = "device_used_fallback"
+                snap.non_torch = memory.device_used_bytes - reserved
+                snap.caveat = memory.process_used_unavailable or "no reason given"
+        return snap
+
+    def _advance(self, expected: str, new: str, call: str) -> None:
+        if self._phase != expected:
+            raise RuntimeError(
+                f"MemoryProfile.{call} called in phase '{self._phase}', needs '{expected}'")
+        self._phase = new
+
+    def begin(self) -> None:
+        self._advance("idle", "begun", "begin")
+        self._at["begin"] = self.snapshot()
+
+    def end_load(self) -> None:
+        self._advance("begun", "loaded", "end_load")
+        self._at["load_end"] = self.snapshot()
+
+    def begin_profile(self) -> None:
+        self._advance("loaded", "profiling", "begin_profile")
+        self._reset_peaks()
+        self._at["profile_begin"] = self.snapshot()
+
+    def end_profile(self) -> None:
+        self._advance("profiling", "done", "end_profile")
+        self._at["profile_end"] = self.snapshot()
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[None]:
+        """The weights are what allocated bytes grow by inside this block."""
+        yield
+        self.end_load()
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[None]:
+        self.begin_profile()
+        try:
+            yield
+        finally:
+            self.end_profile()
+
+    def result(self, utilization: Optional[float] = None,
+               budget_bytes: Optional[int] = None) -> ProfileResult:
+        if (utilization is None) == (budget_bytes is None):
+            raise ValueError("give exactly one of utilization or budget_bytes")
+        if self._phase != "done":
+            raise RuntimeError(f"MemoryProfile.result called in phase '{self._phase}'")
+        begin, load_end = self._at["begin"], self._at["load_end"]
+        profile_begin, end = self._at["profile_begin"], self._at["profile_end"]
+        warnings: List[str] = []
+        basis = end.basis
+        if "device_used_fallback" in (begin.basis, end.basis):
+            basis = "device_used_fallback"
+            warnings.append(f"non-torch figures use device used memory (per-process usage "
+                            f"unavailable: {end.caveat or begin.caveat}): another process "
+                            f"allocating during the profile moves them")
+        elif basis == "tracker_only":
+            warnings.append("no process memory source: non-torch memory is only what the "
+                            "tracker saw; the CUDA context and untracked allocations are not "
+                            "counted")
+        elif basis == "none":
+            warnings.append("no process memory source and no non-torch tracker: non-torch "
+                            "memory and the CUDA context are not counted")
+        device_total = end.device_total or end.total_bytes
+        if budget_bytes is None:
+            # The exact product of the float's binary value, floored: the C++ side's byte.
+            budget = math.floor(Fraction(utilization) * device_total)
+        else:
+            budget = int(budget_bytes)
+        baseline = begin.non_torch + begin.allocated
+        weights = load_end.allocated - begin.allocated
+        other_torch = profile_begin.allocated - load_end.allocated
+        non_torch_increase = end.non_torch - begin.non_torch
+        peak_activation = end.peak_allocated - profile_begin.allocated
+        kv = budget - baseline - weights - other_torch - non_torch_increase - peak_activation
+        for when, snap in (("at begin", begin), ("at end of load", load_end),
+                           ("at start of profile", profile_begin), ("at end of profile", end)):
+            warnings += [f"{when}: {problem}" for problem in snap.problems]
+        if kv < 0:
+            warnings.append(f"the budget is exceeded by {-kv} bytes before any KV cache: "
+                            f"no room for it")
+        return ProfileResult(
+            budget_bytes=budget, device_total_bytes=device_total, utilization=utilization,
+            baseline_bytes=baseline, weights_bytes=weights, other_torch_bytes=other_torch,
+            non_torch_increase_bytes=non_torch_increase, peak_activation_bytes=peak_activation,
+            kv_cache_budget_bytes=kv, weights_tag_bytes=end.weights_tag,
+            non_torch_tracked_increase_bytes=end.tracked_non_torch - begin.tracked_non_torch,
+            non_torch_basis=basis, warnings=warnings)
+
+
+@contextlib.contextmanager
+def memory_profile(device: Any = None, **kwargs: Any) -> Iterator[MemoryProfile]:
+    """Opens a MemoryProfile (its baseline taken now); see the module docstring."""
+    profile = MemoryProfile(device, **kwargs)
+    profile.begin()
+    yield profile
