@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -26,16 +25,34 @@ struct SvgPath {
   std::vector<std::pair<double, double>> points;
 };
 
+// Plain string search rather than std::regex: libstdc++'s regex recurses per character and a
+// path's d attribute is thousands of characters long (too deep a stack under sanitizers).
+std::string attribute(const std::string& tag, const std::string& name) {
+  const std::string key = " " + name + "=\"";
+  const std::size_t at = tag.find(key);
+  if (at == std::string::npos) return {};
+  const std::size_t begin = at + key.size();
+  return tag.substr(begin, tag.find('"', begin) - begin);
+}
+
 std::vector<SvgPath> paths_of(const std::string& html) {
-  static const std::regex path(R"re(<path class="(\w+)" data-line="(\w+)"[^>]* d="([^"]*)")re");
-  static const std::regex point(R"re([ML](-?[0-9.]+),(-?[0-9.]+))re");
   std::vector<SvgPath> paths;
-  for (auto it = std::sregex_iterator(html.begin(), html.end(), path); it != std::sregex_iterator();
-       ++it) {
-    SvgPath parsed{(*it)[1], (*it)[2], {}};
-    const std::string d = (*it)[3];
-    for (auto p = std::sregex_iterator(d.begin(), d.end(), point); p != std::sregex_iterator(); ++p) {
-      parsed.points.emplace_back(std::stod((*p)[1]), std::stod((*p)[2]));
+  for (std::size_t at = html.find("<path "); at != std::string::npos;
+       at = html.find("<path ", at + 1)) {
+    const std::string tag = html.substr(at, html.find('>', at) - at);
+    SvgPath parsed{attribute(tag, "class"), attribute(tag, "data-line"), {}};
+    const std::string d = attribute(tag, "d");
+    for (std::size_t i = 0; i < d.size();) {
+      if (d[i] != 'M' && d[i] != 'L') {
+        ++i;
+        continue;
+      }
+      std::size_t used = 0;
+      const double x = std::stod(d.substr(i + 1), &used);
+      const std::size_t comma = i + 1 + used;
+      const double y = std::stod(d.substr(comma + 1), &used);
+      parsed.points.emplace_back(x, y);
+      i = comma + 1 + used;
     }
     paths.push_back(parsed);
   }
