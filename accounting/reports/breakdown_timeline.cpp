@@ -24,6 +24,7 @@ BreakdownTimeline build_breakdown_timeline(const EventTrace& trace, std::size_t 
   timeline.samples.reserve(buckets);
   std::int64_t peak_reserved = -1;
   std::int64_t peak_active = 0;
+  std::int64_t active_at_peak_reserved = -1;
   std::size_t index = 0;
   for (std::size_t bucket = 0; bucket < buckets; ++bucket) {
     // Bucket b holds records [b * n / buckets, (b + 1) * n / buckets).
@@ -36,7 +37,11 @@ BreakdownTimeline build_breakdown_timeline(const EventTrace& trace, std::size_t 
       const PoolCounters all = replay.counters().aggregate();
       const std::int64_t reserved = all.reserved_bytes.current;
       peak_active = std::max(peak_active, all.active_bytes.current);
-      if (reserved >= peak_reserved) {
+      // Of the instants at peak reserved, the one with most active bytes: the moment the held
+      // memory was best used (as active_bytes_at_peak_reserved in docs/stats.md).
+      if (reserved > peak_reserved || (reserved == peak_reserved &&
+                                        all.active_bytes.current > active_at_peak_reserved)) {
+        active_at_peak_reserved = all.active_bytes.current;
         peak_reserved = reserved;
         timeline.at_peak_reserved = compute_breakdown(all);
         timeline.peak_reserved_sequence = timeline.first_sequence + index;

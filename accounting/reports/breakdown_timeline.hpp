@@ -29,6 +29,7 @@ struct BreakdownTimeline {
   // state then, so lines can be off (even negative). Reported, never hidden.
   bool incomplete = false;
   bool inconsistent = false;  // the replaying ledger saw a counter go negative
+  // The instant reserved peaked (of several, the one with most active bytes).
   MemoryBreakdown at_peak_reserved;
   std::uint64_t peak_reserved_sequence = 0;
 };
