@@ -1,0 +1,241 @@
+// Wrappers of the CUDA runtime's memory functions and driver entry-point lookups, for programs
+// that link libcudart dynamically (a static cudart is reached through the driver hooks instead).
+#include "preload/cuda_abi.h"
+#include "preload/hook_support.hpp"
+#include "preload/interposed_functions.hpp"
+
+#define RETURN_ADDRESS __builtin_return_address(0)
+
+namespace vramledger::preload {
+namespace {
+
+template <typename F>
+F real_as(Fn fn, int variant) {
+  return reinterpret_cast<F>(real_function(fn, variant));
+}
+
+std::uint64_t key_of(void** ptr, cudaError_t result) {
+  return result == 0 && ptr != nullptr ? reinterpret_cast<std::uint64_t>(*ptr) : 0;
+}
+
+// Each allocating hook runs the real call inside a RuntimeCallScope so the driver calls libcudart
+// makes on our behalf are not counted a second time.
+cudaError_t cuda_malloc(int v, void** ptr, size_t size, const void* ra) {
+  auto real = real_as<vl_cudaMalloc_t>(Fn::kCudaMalloc, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, size);
+  }
+  after_allocation(result, KeyKind::kDevicePointer, key_of(ptr, result), size, ra, nested);
+  return result;
+}
+
+cudaError_t cuda_free(int v, void* ptr) {
+  auto real = real_as<vl_cudaFree_t>(Fn::kCudaFree, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr);
+  }
+  after_free(result, KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
+  return result;
+}
+
+cudaError_t cuda_malloc_pitch(int v, void** ptr, size_t* pitch, size_t width, size_t height,
+                              const void* ra) {
+  auto real = real_as<vl_cudaMallocPitch_t>(Fn::kCudaMallocPitch, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, pitch, width, height);
+  }
+  const std::uint64_t bytes = result == 0 && pitch != nullptr ? *pitch * height : 0;
+  after_allocation(result, KeyKind::kDevicePointer, key_of(ptr, result), bytes, ra, nested);
+  return result;
+}
+
+cudaError_t cuda_malloc_managed(int v, void** ptr, size_t size, unsigned int flags,
+                                const void* ra) {
+  auto real = real_as<vl_cudaMallocManaged_t>(Fn::kCudaMallocManaged, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, size, flags);
+  }
+  after_allocation(result, KeyKind::kDevicePointer, key_of(ptr, result), size, ra, nested);
+  return result;
+}
+
+cudaError_t cuda_malloc_async(int v, void** ptr, size_t size, cudaStream_t stream,
+                              const void* ra) {
+  auto real = real_as<vl_cudaMallocAsync_t>(Fn::kCudaMallocAsync, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, size, stream);
+  }
+  after_allocation(result, KeyKind::kDevicePointer, key_of(ptr, result), size, ra, nested);
+  return result;
+}
+
+cudaError_t cuda_malloc_from_pool_async(int v, void** ptr, size_t size, cudaMemPool_t pool,
+                                        cudaStream_t stream, const void* ra) {
+  auto real = real_as<vl_cudaMallocFromPoolAsync_t>(Fn::kCudaMallocFromPoolAsync, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, size, pool, stream);
+  }
+  after_allocation(result, KeyKind::kDevicePointer, key_of(ptr, result), size, ra, nested);
+  return result;
+}
+
+cudaError_t cuda_free_async(int v, void* ptr, cudaStream_t stream) {
+  auto real = real_as<vl_cudaFreeAsync_t>(Fn::kCudaFreeAsync, v);
+  if (real == nullptr) return kNotInitialized;
+  const bool nested = inside_runtime_call();
+  cudaError_t result;
+  {
+    RuntimeCallScope scope;
+    result = real(ptr, stream);
+  }
+  after_free(result, KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
+  return result;
+}
+
+// Without a version argument the driver answers for the runtime's own version; every cudart
+// that has cudaGetDriverEntryPoint with this ABI is 12.x or later.
+constexpr int kAssumedRuntimeVersion = 12000;
+
+cudaError_t get_driver_entry_point(int v, const char* symbol, void** pfn,
+                                   unsigned long long flags,
+                                   cudaDriverEntryPointQueryResult* status) {
+  auto real = real_as<vl_cudaGetDriverEntryPoint_t>(Fn::kCudaGetDriverEntryPoint, v);
+  if (real == nullptr) return kNotInitialized;
+  const cudaError_t result = real(symbol, pfn, flags, status);
+  if (result == 0 && pfn != nullptr && *pfn != nullptr) {
+    *pfn = wrap_entry(fn_by_driver_symbol(symbol, kAssumedRuntimeVersion, flags), *pfn);
+  }
+  return result;
+}
+
+cudaError_t get_driver_entry_point_by_version(int v, const char* symbol, void** pfn,
+                                              unsigned int version, unsigned long long flags,
+                                              cudaDriverEntryPointQueryResult* status) {
+  auto real =
+      real_as<vl_cudaGetDriverEntryPointByVersion_t>(Fn::kCudaGetDriverEntryPointByVersion, v);
+  if (real == nullptr) return kNotInitialized;
+  const cudaError_t result = real(symbol, pfn, version, flags, status);
+  if (result == 0 && pfn != nullptr && *pfn != nullptr) {
+    *pfn = wrap_entry(fn_by_driver_symbol(symbol, static_cast<int>(version), flags), *pfn);
+  }
+  return result;
+}
+
+template <int V>
+cudaError_t cuda_malloc_w(void** p, size_t n) { return cuda_malloc(V, p, n, RETURN_ADDRESS); }
+template <int V>
+cudaError_t cuda_free_w(void* p) { return cuda_free(V, p); }
+template <int V>
+cudaError_t cuda_malloc_pitch_w(void** p, size_t* pitch, size_t w, size_t h) {
+  return cuda_malloc_pitch(V, p, pitch, w, h, RETURN_ADDRESS);
+}
+template <int V>
+cudaError_t cuda_malloc_managed_w(void** p, size_t n, unsigned int f) {
+  return cuda_malloc_managed(V, p, n, f, RETURN_ADDRESS);
+}
+template <int V>
+cudaError_t cuda_malloc_async_w(void** p, size_t n, cudaStream_t s) {
+  return cuda_malloc_async(V, p, n, s, RETURN_ADDRESS);
+}
+template <int V>
+cudaError_t cuda_malloc_from_pool_async_w(void** p, size_t n, cudaMemPool_t pool,
+                                          cudaStream_t s) {
+  return cuda_malloc_from_pool_async(V, p, n, pool, s, RETURN_ADDRESS);
+}
+template <int V>
+cudaError_t cuda_free_async_w(void* p, cudaStream_t s) { return cuda_free_async(V, p, s); }
+template <int V>
+cudaError_t get_driver_entry_point_w(const char* s, void** p, unsigned long long f,
+                                     cudaDriverEntryPointQueryResult* st) {
+  return get_driver_entry_point(V, s, p, f, st);
+}
+template <int V>
+cudaError_t get_driver_entry_point_by_version_w(const char* s, void** p, unsigned int v,
+                                                unsigned long long f,
+                                                cudaDriverEntryPointQueryResult* st) {
+  return get_driver_entry_point_by_version(V, s, p, v, f, st);
+}
+
+}  // namespace
+}  // namespace vramledger::preload
+
+using namespace vramledger::preload;
+
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMalloc(void** p, size_t n) {
+  return cuda_malloc(0, p, n, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaFree(void* p) { return cuda_free(0, p); }
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocPitch(void** p, size_t* pitch, size_t w,
+                                                      size_t h) {
+  return cuda_malloc_pitch(0, p, pitch, w, h, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocManaged(void** p, size_t n, unsigned int f) {
+  return cuda_malloc_managed(0, p, n, f, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
+  return cuda_malloc_async(0, p, n, s, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n,
+                                                              cudaMemPool_t pool,
+                                                              cudaStream_t s) {
+  return cuda_malloc_from_pool_async(0, p, n, pool, s, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  return cuda_free_async(0, p, s);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaGetDriverEntryPoint(
+    const char* s, void** p, unsigned long long f, cudaDriverEntryPointQueryResult* st) {
+  return get_driver_entry_point(0, s, p, f, st);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(
+    const char* s, void** p, unsigned int v, unsigned long long f,
+    cudaDriverEntryPointQueryResult* st) {
+  return get_driver_entry_point_by_version(0, s, p, v, f, st);
+}
+
+namespace vramledger::preload {
+
+#define VL_VARIANTS(export_name, tmpl)                                                   \
+  {reinterpret_cast<void*>(&export_name), reinterpret_cast<void*>(&tmpl<1>),             \
+   reinterpret_cast<void*>(&tmpl<2>), reinterpret_cast<void*>(&tmpl<3>)}
+
+void* runtime_wrapper(Fn fn, int variant) {
+  static void* const kWrappers[kFnCount - kFirstRuntimeFn][kVariants] = {
+      VL_VARIANTS(cudaMalloc, cuda_malloc_w),
+      VL_VARIANTS(cudaFree, cuda_free_w),
+      VL_VARIANTS(cudaMallocPitch, cuda_malloc_pitch_w),
+      VL_VARIANTS(cudaMallocManaged, cuda_malloc_managed_w),
+      VL_VARIANTS(cudaMallocAsync, cuda_malloc_async_w),
+      VL_VARIANTS(cudaMallocFromPoolAsync, cuda_malloc_from_pool_async_w),
+      VL_VARIANTS(cudaFreeAsync, cuda_free_async_w),
+      VL_VARIANTS(cudaGetDriverEntryPoint, get_driver_entry_point_w),
+      VL_VARIANTS(cudaGetDriverEntryPointByVersion, get_driver_entry_point_by_version_w),
+  };
+  return kWrappers[static_cast<int>(fn) - kFirstRuntimeFn][variant];
+}
+
+}  // namespace vramledger::preload

@@ -1,0 +1,239 @@
+// Runs under LD_PRELOAD=libvramledger_preload.so with the fake driver (fake_cuda_driver.c), and
+// without it. Modes:
+//   check   every call's result on stdout as "RESULT ..." lines (the harness compares the runs);
+//           with the shim loaded, also asserts the shim saw and attributed every byte.
+//   torch   dlopen's libc10_cuda.so and checks the shim installed the (fake) plugin and counts
+//           torch's allocations as torch, outside the non-torch total.
+//   bench N time per alloc+free pair through direct calls (compare with and without the shim).
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "preload/vramledger_preload.h"
+#include "tests/preload/fake_cuda.h"
+
+namespace {
+
+int g_failures = 0;
+
+#define EXPECT_EQ(actual, expected)                                                        \
+  do {                                                                                     \
+    const long long a_ = static_cast<long long>(actual);                                   \
+    const long long e_ = static_cast<long long>(expected);                                 \
+    if (a_ != e_) {                                                                        \
+      std::fprintf(stderr, "FAIL %s:%d: %s = %lld, expected %lld\n", __FILE__, __LINE__,   \
+                   #actual, a_, e_);                                                       \
+      ++g_failures;                                                                        \
+    }                                                                                      \
+  } while (0)
+
+void result(const char* what, long long value) { std::printf("RESULT %s %lld\n", what, value); }
+
+using StatsFn = int (*)(vramledger_preload_stats*);
+
+StatsFn shim_stats() {
+  return reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "vramledger_preload_get_stats"));
+}
+
+vramledger_preload_stats read_stats() {
+  vramledger_preload_stats stats{};
+  if (StatsFn fn = shim_stats()) fn(&stats);
+  return stats;
+}
+
+const vramledger_preload_category_stats& cat(const vramledger_preload_stats& s, int c) {
+  return s.categories[c];
+}
+
+void check_health(const vramledger_preload_stats& s) {
+  EXPECT_EQ(s.table_overflow, 0);
+  EXPECT_EQ(s.untracked_frees, 0);
+  EXPECT_EQ(s.unwrapped_lookups, 0);
+}
+
+// Several threads allocate and free through all three paths at once.
+void threaded(bool with_shim) {
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 3000;
+  const vramledger_preload_stats before = read_stats();
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &errors] {
+      std::vector<CUdeviceptr> live;
+      for (int i = 0; i < kIterations; ++i) {
+        CUdeviceptr p = 0;
+        const int how = (i + t) % 3;
+        if (nccl_fake_alloc(how, &p, 64 + static_cast<size_t>((i * 7 + t) % 512)) != 0) ++errors;
+        live.push_back(p);
+        if (live.size() > 8) {
+          if (nccl_fake_free(how, live.front()) != 0) ++errors;
+          live.erase(live.begin());
+        }
+      }
+      for (CUdeviceptr p : live) {
+        if (cuMemFree_v2(p) != 0) ++errors;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  result("threaded_errors", errors.load());
+  if (!with_shim) return;
+  const vramledger_preload_stats after = read_stats();
+  EXPECT_EQ(cat(after, VRAMLEDGER_PRELOAD_NCCL).allocations -
+                cat(before, VRAMLEDGER_PRELOAD_NCCL).allocations,
+            kThreads * kIterations);
+  EXPECT_EQ(cat(after, VRAMLEDGER_PRELOAD_NCCL).current_bytes, 0);
+  // Frees from the test program of NCCL's memory still decrement NCCL's line.
+  EXPECT_EQ(cat(after, VRAMLEDGER_PRELOAD_NCCL).frees - cat(before, VRAMLEDGER_PRELOAD_NCCL).frees,
+            kThreads * kIterations);
+  EXPECT_EQ(after.non_torch_current_bytes, fake_cuda_live_bytes());
+  check_health(after);
+}
+
+int check_mode() {
+  const bool with_shim = shim_stats() != nullptr;
+  std::fprintf(stderr, "preload_test: shim %s\n", with_shim ? "loaded" : "absent");
+
+  // (1) NCCL: direct call, cuGetProcAddress pointer, dlsym pointer.
+  CUdeviceptr nccl[3] = {};
+  long long nccl_bytes = 0;
+  for (int how = 0; how < 3; ++how) {
+    const size_t bytes = 1000 + 10 * static_cast<size_t>(how);
+    result("nccl_alloc", nccl_fake_alloc(how, &nccl[how], bytes));
+    nccl_bytes += static_cast<long long>(bytes);
+  }
+  // (2) User code: every driver function, directly.
+  CUdeviceptr a = 0, pitched = 0, managed = 0, async = 0;
+  size_t pitch = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  result("user_alloc", cuMemAlloc_v2(&a, 5000));
+  result("user_pitch", cuMemAllocPitch_v2(&pitched, &pitch, 100, 3, 4));
+  result("pitch", static_cast<long long>(pitch));
+  result("user_managed", cuMemAllocManaged(&managed, 700, 1));
+  result("user_async", cuMemAllocAsync(&async, 300, nullptr));
+  result("user_create", cuMemCreate(&handle, 4096, nullptr, 0));
+  // (3) Through the (fake) runtime, which calls the driver through fetched pointers: counted once.
+  void* runtime = nullptr;
+  result("user_cuda_malloc", cudaMalloc(&runtime, 2048));
+  const long long user_bytes = 5000 + static_cast<long long>(pitch) * 3 + 700 + 300 + 4096 + 2048;
+  // (4) Errors pass through unchanged.
+  CUdeviceptr refused = 0;
+  result("error_direct", cuMemAlloc_v2(&refused, FAKE_CUDA_ERROR_SIZE));
+  result("error_proc_address", nccl_fake_alloc(1, &refused, FAKE_CUDA_ERROR_SIZE));
+  void* refused_runtime = nullptr;
+  result("error_runtime", cudaMalloc(&refused_runtime, FAKE_CUDA_ERROR_SIZE));
+  result("live_bytes", fake_cuda_live_bytes());
+
+  if (with_shim) {
+    const vramledger_preload_stats s = read_stats();
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).current_bytes, nccl_bytes);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).live_allocations, 3);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).failed_calls, 1);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).current_bytes, user_bytes);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).live_allocations, 6);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).failed_calls, 2);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_UNKNOWN).current_bytes, 0);  // cudart's nested call
+    EXPECT_EQ(s.non_torch_current_bytes, fake_cuda_live_bytes());     // every byte seen
+    EXPECT_EQ(s.table_live, 9);
+    check_health(s);
+  }
+
+  // (5) Frees decrement, whichever path frees.
+  result("nccl_free0", nccl_fake_free(2, nccl[0]));
+  result("nccl_free1", nccl_fake_free(0, nccl[1]));
+  result("nccl_free2", nccl_fake_free(1, nccl[2]));
+  result("user_free", cuMemFree_v2(a));
+  result("user_free_pitch", cuMemFree_v2(pitched));
+  result("user_free_managed", cuMemFree_v2(managed));
+  result("user_free_async", cuMemFreeAsync(async, nullptr));
+  result("user_release", cuMemRelease(handle));
+  result("user_cuda_free", cudaFree(runtime));
+  result("live_bytes_after_free", fake_cuda_live_bytes());
+  if (with_shim) {
+    const vramledger_preload_stats s = read_stats();
+    for (int c = 0; c < VRAMLEDGER_PRELOAD_CATEGORY_COUNT; ++c) EXPECT_EQ(s.categories[c].current_bytes, 0);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).peak_bytes, nccl_bytes);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).peak_bytes, user_bytes);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).frees, 6);
+    EXPECT_EQ(s.table_live, 0);
+    check_health(s);
+  }
+
+  // (6) Thread safety.
+  threaded(with_shim);
+  std::fprintf(stderr, "preload_test: %d failure(s)\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int torch_mode() {
+  void* c10 = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_GLOBAL);
+  if (c10 == nullptr) {
+    std::fprintf(stderr, "cannot load libc10_cuda.so: %s\n", dlerror());
+    return 1;
+  }
+  using CallsFn = int (*)();
+  auto calls = reinterpret_cast<CallsFn>(dlsym(RTLD_DEFAULT, "fake_plugin_install_calls"));
+  EXPECT_EQ(calls != nullptr, 1);
+  if (calls) EXPECT_EQ(calls(), 1);
+  using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+  using FreeFn = CUresult (*)(CUdeviceptr);
+  auto alloc = reinterpret_cast<AllocFn>(dlsym(c10, "c10_fake_alloc"));
+  auto release = reinterpret_cast<FreeFn>(dlsym(c10, "c10_fake_free"));
+  CUdeviceptr p = 0;
+  EXPECT_EQ(alloc(&p, 12345), 0);
+  vramledger_preload_stats s = read_stats();
+  EXPECT_EQ(s.torch_install, 1);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_TORCH).current_bytes, 12345);
+  EXPECT_EQ(s.non_torch_current_bytes, 0);
+  EXPECT_EQ(release(p), 0);
+  s = read_stats();
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_TORCH).current_bytes, 0);
+  // Loading another library afterwards must not install twice.
+  void* again = dlopen("libnccl_fake.so", RTLD_NOW);
+  EXPECT_EQ(again != nullptr, 1);
+  if (calls) EXPECT_EQ(calls(), 1);
+  std::fprintf(stderr, "preload_test torch: %d failure(s)\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int bench_mode(long iterations) {
+  using Clock = std::chrono::steady_clock;
+  void* fetched = nullptr;
+  vl_cuGetProcAddress_v2_t get = reinterpret_cast<vl_cuGetProcAddress_v2_t>(
+      dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuGetProcAddress_v2"));
+  get("cuMemAlloc", &fetched, 12000, 0, nullptr);
+  auto fetched_alloc = reinterpret_cast<vl_cuMemAlloc_v2_t>(fetched);
+  for (int round = 0; round < 2; ++round) {  // round 0 warms up
+    const auto start = Clock::now();
+    for (long i = 0; i < iterations; ++i) {
+      CUdeviceptr p = 0;
+      if (fetched_alloc(&p, 256) != 0 || cuMemFree_v2(p) != 0) return 1;
+    }
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    if (round == 1) std::printf("BENCH ns_per_alloc_free_pair %.1f\n", ns / static_cast<double>(iterations));
+  }
+  using OverheadFn = uint64_t (*)();
+  if (auto overhead = reinterpret_cast<OverheadFn>(dlsym(RTLD_DEFAULT, "vramledger_preload_overhead_ns"))) {
+    std::printf("BENCH shim_bookkeeping_ns_per_call %.1f\n",
+                static_cast<double>(overhead()) / static_cast<double>(4 * iterations));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "check";
+  if (std::strcmp(mode, "check") == 0) return check_mode();
+  if (std::strcmp(mode, "torch") == 0) return torch_mode();
+  if (std::strcmp(mode, "bench") == 0) return bench_mode(argc > 2 ? std::atol(argv[2]) : 200000);
+  std::fprintf(stderr, "usage: preload_test [check|torch|bench N]\n");
+  return 2;
+}
