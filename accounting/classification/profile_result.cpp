@@ -13,8 +13,8 @@ __extension__ typedef __int128 Int128;
 // floor(fraction * total) computed exactly from the double's binary value (Python's
 // math.floor(Fraction(fraction) * total) gives the same byte), so both sides agree to the byte.
 std::int64_t exact_floor_product(double fraction, std::int64_t total) {
-  if (!(fraction >= 0) || !std::isfinite(fraction) || total < 0) {
-    throw std::invalid_argument("KvBudget: utilization must be finite and >= 0");
+  if (!(fraction >= 0 && fraction <= 1) || total < 0) {  // also keeps the product in range
+    throw std::invalid_argument("KvBudget: utilization must lie in [0, 1]");
   }
   if (fraction == 0 || total == 0) return 0;
   int exponent = 0;

@@ -224,6 +224,8 @@ class MemoryProfile:
                             "memory and the CUDA context are not counted")
         device_total = end.device_total or end.total_bytes
         if budget_bytes is None:
+            if not 0 <= utilization <= 1:
+                raise ValueError("utilization must lie in [0, 1]")
             # The exact product of the float's binary value, floored: the C++ side's byte.
             budget = math.floor(Fraction(utilization) * device_total)
         else:

@@ -221,6 +221,7 @@ TEST(KvBudget, UtilizationIsFlooredExactly) {
   EXPECT_EQ(KvBudget::of_utilization(0.7).resolve(10), 6);
   EXPECT_EQ(KvBudget::of_bytes(123).resolve(kH200Total), 123);
   EXPECT_THROW(KvBudget::of_utilization(-0.1).resolve(10), std::invalid_argument);
+  EXPECT_THROW(KvBudget::of_utilization(1.5).resolve(10), std::invalid_argument);
 }
 
 TEST(ProfileResult, LogLinesUseVllmsWording) {
