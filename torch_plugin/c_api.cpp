@@ -10,10 +10,12 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "accounting/tag_registry.hpp"
 #include "torch_plugin/install.hpp"
+#include "torch_plugin/process_report.hpp"
 #include "torch_plugin/stats_json.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
@@ -23,6 +25,7 @@ using vramledger::torch_plugin::DeviceAllocators;
 using vramledger::torch_plugin::VramledgerAllocator;
 
 thread_local std::string last_error;
+thread_local std::string process_report_result;  // vramledger_process_report's result
 thread_local std::vector<std::unique_ptr<vramledger::TagScope>> tag_scopes;
 
 int fail(const std::exception& error) {
@@ -165,6 +168,32 @@ size_t vramledger_report(char* buffer, size_t capacity) {
   } catch (const std::exception& error) {
     fail(error);
     return copy_out("", buffer, capacity);
+  }
+}
+
+const char* vramledger_process_report(int device, const char* format) {
+  try {
+    const std::string_view kind = format ? format : "";
+    if (kind != "" && kind != "text" && kind != "json") {
+      last_error = "vramledger_process_report: format must be \"text\" or \"json\", not \"" +
+                   std::string(kind) + "\"";
+      return nullptr;
+    }
+    if (device < 0 || device >= VramledgerAllocator::kMaxDevices) {
+      last_error = "vramledger_process_report: invalid device " + std::to_string(device);
+      return nullptr;
+    }
+    VramledgerAllocator* instance = VramledgerAllocator::instance();
+    DeviceAllocators* state =
+        instance ? instance->device_if_created(static_cast<c10::DeviceIndex>(device)) : nullptr;
+    const auto report = vramledger::torch_plugin::gather_process_report(device, state);
+    process_report_result = kind == "json" ? vramledger::torch_plugin::process_report_json(report)
+                                         : vramledger::torch_plugin::process_report_text(report);
+    last_error.clear();
+    return process_report_result.c_str();
+  } catch (const std::exception& error) {
+    fail(error);
+    return nullptr;
   }
 }
 

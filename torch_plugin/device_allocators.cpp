@@ -270,6 +270,11 @@ LedgerCounters DeviceAllocators::counters() const {
   return ledger_.counters();
 }
 
+DeviceLedgerView DeviceAllocators::ledger_view() const {
+  auto lock = gate_.lock();
+  return DeviceLedgerView::of(ledger_, "device " + std::to_string(device_));
+}
+
 std::vector<TagUsage> DeviceAllocators::per_tag() const {
   auto lock = gate_.lock();
   return ledger_.per_tag();

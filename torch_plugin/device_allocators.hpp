@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/classification/device_ledger_view.hpp"
 #include "accounting/ledger.hpp"
 #include "allocator/config.hpp"
 #include "allocator/device_backend.hpp"
@@ -92,6 +93,9 @@ class DeviceAllocators {
 
   // Ledger reads and resets, under the gate lock.
   LedgerCounters counters() const;
+  // The ledger as the process classification reads it (aggregate counters and the sticky
+  // inconsistency flag, copied together).
+  DeviceLedgerView ledger_view() const;
   std::vector<TagUsage> per_tag() const;
   void reset_peaks();
   void reset_accumulated();

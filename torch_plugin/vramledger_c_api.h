@@ -80,6 +80,21 @@ VRAMLEDGER_API size_t vramledger_stats_json(int device, char* buffer, size_t cap
 /* A human-readable account of every device vramledger used. */
 VRAMLEDGER_API size_t vramledger_report(char* buffer, size_t capacity);
 
+/* This process's memory on `device` split into additive lines (docs/classification.md): torch's
+ * lines from vramledger's ledger, one line per library from the LD_PRELOAD shim
+ * (libvramledger_preload.so) when it is loaded in the process (else none: non-torch memory is
+ * then inside the remainder, whose label says so), and the remainder (context, modules,
+ * driver), summing exactly to NVML's per-process used memory; other processes apart. Without
+ * NVML per-process data (no NVML, some containers, the simulated device) process usage is the
+ * device's used memory (NVML, else cudaMemGetInfo) and a CAVEAT says what the remainder then
+ * holds. A negative remainder is reported as MISSING HOOK, never clamped.
+ * format: "text" (NULL or "" too) or "json" (docs/report_schema.md, "Process report").
+ * Returns a NUL-terminated string owned by the calling thread, valid until this thread's next
+ * vramledger_process_report call (do not free it); NULL for an invalid device or format, or on
+ * error, with the reason in vramledger_last_error(). Costs an NVML initialisation on the first
+ * call per device (tens of ms), a few NVML queries after. */
+VRAMLEDGER_API const char* vramledger_process_report(int device, const char* format);
+
 VRAMLEDGER_API int vramledger_empty_cache(void);
 VRAMLEDGER_API void vramledger_reset_peak_stats(int device);
 VRAMLEDGER_API void vramledger_reset_accumulated_stats(int device);

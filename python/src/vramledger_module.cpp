@@ -54,6 +54,23 @@ PyObject* report(PyObject*, PyObject*) {
       [](char* buffer, std::size_t capacity) { return vramledger_report(buffer, capacity); });
 }
 
+PyObject* process_report(PyObject*, PyObject* args) {
+  int device = 0;
+  const char* format = "text";
+  if (!PyArg_ParseTuple(args, "i|s", &device, &format)) return nullptr;
+  std::string text;
+  bool ok = false;
+  Py_BEGIN_ALLOW_THREADS
+  // The result is owned by this thread until its next call: copied before the GIL is retaken.
+  if (const char* result = vramledger_process_report(device, format)) {
+    text = result;
+    ok = true;
+  }
+  Py_END_ALLOW_THREADS
+  if (!ok) return raise_last_error();
+  return PyUnicode_FromStringAndSize(text.data(), static_cast<Py_ssize_t>(text.size()));
+}
+
 PyObject* empty_cache(PyObject*, PyObject*) {
   int rc = 0;
   Py_BEGIN_ALLOW_THREADS
@@ -104,6 +121,8 @@ PyMethodDef methods[] = {
     {"is_installed", is_installed, METH_NOARGS, "is_installed() -> bool"},
     {"stats_json", stats_json, METH_VARARGS, "stats_json(device) -> str (device -1: all)"},
     {"report", report, METH_NOARGS, "report() -> str"},
+    {"process_report", process_report, METH_VARARGS,
+     "process_report(device, format='text') -> str (text or json)"},
     {"empty_cache", empty_cache, METH_NOARGS, "empty_cache() -> None"},
     {"reset_peak_stats", reset_peak_stats, METH_VARARGS, "reset_peak_stats(device) -> None"},
     {"reset_accumulated_stats", reset_accumulated_stats, METH_VARARGS,

@@ -44,8 +44,10 @@ __all__ = [
     "is_installed",
     "stats",
     "all_stats",
+    "used_devices",
     "flat_stats",
     "report",
+    "process_report",
     "tag",
     "empty_cache",
     "reset_peak_stats",
@@ -124,6 +126,29 @@ def flat_stats(device: Any = None) -> dict:
 def report() -> str:
     """A text account of every device: reserved memory broken into lines that add up."""
     return _native().report()
+
+
+def process_report(device: Any = None, format: str = "text") -> str:
+    """This process's memory on one device, split into lines that add up exactly.
+
+    torch's lines (live requested, rounding, pending frees, cached usable, fragmentation,
+    unmapped physical) from vramledger's ledger, one line per library when the LD_PRELOAD shim
+    is loaded (`vramledger run --track-non-torch`), and the remainder (CUDA context, modules,
+    driver), summing to NVML's per-process used memory; other processes shown apart, a
+    negative remainder reported as MISSING HOOK. Without NVML per-process data the figures fall
+    back to the device's used memory, with a CAVEAT line (docs/classification.md).
+
+    format: "text", or "json" (a str holding the document of docs/report_schema.md, "Process
+    report"; json.loads it).
+    """
+    if format not in ("text", "json"):
+        raise ValueError(f"vramledger.process_report: format must be 'text' or 'json', not {format!r}")
+    return _native().process_report(_device_index(device), format)
+
+
+def used_devices() -> list:
+    """Indices of the CUDA devices vramledger has allocated on in this process."""
+    return [entry["device"] for entry in all_stats()]
 
 
 def empty_cache() -> None:

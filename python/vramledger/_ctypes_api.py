@@ -19,6 +19,8 @@ _lib.vramledger_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_s
 _lib.vramledger_stats_json.restype = ctypes.c_size_t
 _lib.vramledger_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _lib.vramledger_report.restype = ctypes.c_size_t
+_lib.vramledger_process_report.argtypes = [ctypes.c_int, ctypes.c_char_p]
+_lib.vramledger_process_report.restype = ctypes.c_char_p
 _lib.vramledger_empty_cache.restype = ctypes.c_int
 _lib.vramledger_reset_peak_stats.argtypes = [ctypes.c_int]
 _lib.vramledger_reset_accumulated_stats.argtypes = [ctypes.c_int]
@@ -52,6 +54,14 @@ def stats_json(device: int) -> str:
 
 def report() -> str:
     return _string(_lib.vramledger_report)
+
+
+def process_report(device: int, format: str = "text") -> str:
+    # c_char_p copies the thread-owned result into a bytes object at once.
+    result = _lib.vramledger_process_report(device, format.encode())
+    if result is None:
+        _raise_last_error()
+    return result.decode("utf-8", "replace")
 
 
 def empty_cache() -> None:

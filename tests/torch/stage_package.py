@@ -35,6 +35,8 @@ def main(argv):
     if not extension:
         print("stage_package: no _C extension (no Python headers?): the package uses ctypes")
     built += extension
+    # The LD_PRELOAD shim next to the package: `vramledger run` then tracks non-torch memory.
+    built += glob.glob(os.path.join(build, "preload", "libvramledger_preload.so"))
     for path in built:
         shutil.copy2(path, package)
     shutil.copy2(os.path.join(REPO, "torch_plugin", "vramledger_c_api.h"), package)

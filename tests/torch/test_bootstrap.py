@@ -37,6 +37,10 @@ def _fake_packages(tmp_path, install_body="pass"):
                 handle.write(f"installed [{{conf}}]\\n")
         def report():
             return "REPORT TEXT\\n"
+        def used_devices():
+            return [0, 1]
+        def process_report(device=None, format="text"):
+            return f"PROCESS REPORT device {{device}}\\n"
     """)
     return fake
 
@@ -47,6 +51,7 @@ def _run(code, tmp_path, fake, extra_paths=(), **env_extra):
     env["MARK"] = str(tmp_path / "mark.txt")
     env["VRAMLEDGER_AUTOINSTALL"] = "1"
     env.pop("VRAMLEDGER_REPORT", None)
+    env.pop("VRAMLEDGER_PROCESS_REPORT", None)
     env.update(env_extra)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=60)
@@ -140,3 +145,104 @@ def test_cli_run_without_command_is_an_error():
                             text=True, timeout=60)
     assert result.returncode == 2
     assert "no command given" in result.stderr
+
+
+def test_process_report_at_exit_for_every_device_used(tmp_path):
+    fake = _fake_packages(tmp_path)
+    result = _run("import torch", tmp_path, fake, VRAMLEDGER_PROCESS_REPORT="stderr")
+    assert result.returncode == 0, result.stderr
+    assert "PROCESS REPORT device 0\nPROCESS REPORT device 1\n" in result.stderr
+    assert "REPORT TEXT" not in result.stderr  # --report is separate
+    report = tmp_path / "process.txt"
+    result = _run("import torch", tmp_path, fake, VRAMLEDGER_PROCESS_REPORT=str(report))
+    assert result.returncode == 0, result.stderr
+    assert "PROCESS REPORT device 1" in report.read_text()
+    # Without torch nothing is installed and nothing is printed.
+    result = _run("pass", tmp_path, fake, VRAMLEDGER_PROCESS_REPORT="stderr")
+    assert "PROCESS REPORT" not in result.stderr
+
+
+_PRINT_ENV = ("import os; print(os.environ.get('VRAMLEDGER_PROCESS_REPORT', '-'), "
+              "repr(os.environ.get('LD_PRELOAD', '-')))")
+
+
+def _cli(args, tmp_path, **env_extra):
+    """Runs vramledger.cli.main(args + [python, -c, _PRINT_ENV]) from the source tree; returns
+    (returncode, the child's VRAMLEDGER_PROCESS_REPORT, its LD_PRELOAD, stderr)."""
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        from vramledger.cli import main
+        sys.exit(main(sys.argv[2:]))
+    """)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("VRAMLEDGER_") and k != "LD_PRELOAD"}
+    env.update(env_extra)
+    command = [sys.executable, "-c", code, PACKAGE_ROOT, *args, "--", sys.executable, "-c",
+               _PRINT_ENV]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)
+    if result.returncode != 0 or not result.stdout.strip():
+        return result.returncode, None, None, result.stderr
+    report, preload = result.stdout.split(" ", 1)
+    return result.returncode, report, eval(preload), result.stderr
+
+
+def _fake_shim(path):
+    # Not a real library: the dynamic loader warns and ignores it, which is all these tests need.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return str(path)
+
+
+def test_cli_report_on_exit(tmp_path):
+    assert _cli(["run", "--report-on-exit"], tmp_path)[:2] == (0, "stderr")
+    assert _cli(["run", "--report-on-exit", "out.txt"], tmp_path)[:2] == (0, "out.txt")
+    assert _cli(["run"], tmp_path)[:2] == (0, "-")
+
+
+def test_cli_tracks_non_torch_by_default_when_the_shim_is_found(tmp_path):
+    shim = _fake_shim(tmp_path / "lib" / "libvramledger_preload.so")
+    rc, _, preload, err = _cli(["run"], tmp_path, VRAMLEDGER_PRELOAD_LIBRARY=shim)
+    assert rc == 0, err
+    assert preload == shim
+    # Prepended to what the user preloads, once.
+    rc, _, preload, err = _cli(["run", "--track-non-torch"], tmp_path,
+                               VRAMLEDGER_PRELOAD_LIBRARY=shim,
+                               LD_PRELOAD=f"/x/libother.so:{shim}")
+    assert rc == 0, err
+    assert preload == f"{shim} /x/libother.so"
+    # Turned off: LD_PRELOAD untouched.
+    rc, _, preload, err = _cli(["run", "--no-track-non-torch"], tmp_path,
+                               VRAMLEDGER_PRELOAD_LIBRARY=shim, LD_PRELOAD="/x/libother.so")
+    assert rc == 0, err
+    assert preload == "/x/libother.so"
+
+
+def test_cli_finds_the_shim_in_the_build_tree_of_the_plugin(tmp_path):
+    build = tmp_path / "build"
+    plugin = build / "torch_plugin" / "libvramledger_torch.so"
+    _fake_shim(plugin)
+    shim = _fake_shim(build / "preload" / "libvramledger_preload.so")
+    rc, _, preload, err = _cli(["run"], tmp_path, VRAMLEDGER_LIBRARY=str(plugin))
+    assert rc == 0, err
+    assert preload == shim
+
+
+def test_cli_without_the_shim(tmp_path):
+    # Not found: off by default, an error when asked for.
+    rc, _, preload, err = _cli(["run"], tmp_path)
+    assert rc == 0, err
+    assert preload == "-"
+    rc, _, _, err = _cli(["run", "--track-non-torch"], tmp_path)
+    assert rc == 2
+    assert "--track-non-torch: libvramledger_preload.so not found" in err
+    rc, _, _, err = _cli(["run", "--track-non-torch"], tmp_path,
+                         VRAMLEDGER_PRELOAD_LIBRARY=str(tmp_path / "missing.so"))
+    assert rc == 2
+    assert "missing.so" in err
+    rc, _, preload, err = _cli(["run"], tmp_path,
+                               VRAMLEDGER_PRELOAD_LIBRARY=str(tmp_path / "missing.so"))
+    assert rc == 0, err
+    assert preload == "-"
+    assert "missing.so not found: non-torch memory is not tracked" in err

@@ -6,7 +6,9 @@ moment `import torch` completes — before the program can allocate CUDA memory,
 importing torch in programs that never use it.
 
 A failed install raises from `import torch` (the program asked to run under vramledger; running
-it silently without would mislead). VRAMLEDGER_REPORT=stderr|PATH prints the report at exit.
+it silently without would mislead). VRAMLEDGER_REPORT=stderr|PATH prints the report at exit;
+VRAMLEDGER_PROCESS_REPORT=stderr|PATH prints vramledger.process_report() of every device
+vramledger used at exit.
 """
 
 import importlib.abc
@@ -26,11 +28,8 @@ def _run_shadowed_sitecustomize():
         spec.loader.exec_module(module)
 
 
-def _write_report():
-    import vramledger
-
-    destination = os.environ.get("VRAMLEDGER_REPORT", "")
-    text = vramledger.report()
+def _write(variable, text):
+    destination = os.environ.get(variable, "")
     if destination in ("", "stderr", "-"):
         sys.stderr.write(text)
     else:
@@ -38,14 +37,33 @@ def _write_report():
             handle.write(f"--- pid {os.getpid()}: {' '.join(sys.argv)}\n{text}")
 
 
+def _write_report():
+    import vramledger
+
+    _write("VRAMLEDGER_REPORT", vramledger.report())
+
+
+def _write_process_report():
+    import vramledger
+
+    devices = vramledger.used_devices()
+    if not devices:
+        text = "vramledger: no CUDA memory allocated through vramledger: no process report\n"
+    else:
+        text = "".join(vramledger.process_report(device) for device in devices)
+    _write("VRAMLEDGER_PROCESS_REPORT", text)
+
+
 def _install_vramledger():
     import vramledger
 
     vramledger.install(os.environ.get("VRAMLEDGER_CONF", ""))
-    if os.environ.get("VRAMLEDGER_REPORT"):
-        import atexit
+    import atexit
 
+    if os.environ.get("VRAMLEDGER_REPORT"):
         atexit.register(_write_report)
+    if os.environ.get("VRAMLEDGER_PROCESS_REPORT"):
+        atexit.register(_write_process_report)
 
 
 class _InstallAfterTorchImport(importlib.abc.MetaPathFinder):
