@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Converts an RMM replay log (the CSV written by rmm::mr::logging_resource_adaptor, columns
+Thread,Time,Action,Pointer,Size,Stream) into a vramledger workload trace
+(docs/workload_trace_format.md).
+
+    python3 bench/traces/rmm_log_to_workload.py rmm_log.csv out.vlt.gz
+
+"allocate failure" rows are skipped and counted. A free of a pointer that is not live, a
+malformed row or an unknown action is an error naming the line. Only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import sys
+from pathlib import Path
+
+FORMAT_LINE = "# vramledger workload trace v1"
+REQUIRED = ("Action", "Pointer", "Size", "Stream")
+
+
+class RmmLogError(ValueError):
+    pass
+
+
+def _number(text: str, what: str, line: int) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise RmmLogError(f"line {line}: bad {what} {text!r}") from None
+
+
+def convert(rows, source: str = "rmm log") -> tuple[list[str], dict]:
+    """rows: an iterable of lines of the CSV (header first). Returns trace lines and a summary."""
+    reader = csv.DictReader(rows)
+    if reader.fieldnames is None:
+        raise RmmLogError("empty input")
+    missing = [name for name in REQUIRED if name not in reader.fieldnames]
+    if missing:
+        raise RmmLogError(f"line 1: not an RMM log, missing column(s) {', '.join(missing)}")
+    lines: list[str] = []
+    streams: dict[int, int] = {}
+    live: dict[int, tuple[int, int]] = {}
+    next_id = 0
+    requested = peak = failures = 0
+    for row in reader:
+        line = reader.line_num
+        action = (row.get("Action") or "").strip().lower()
+        if action == "allocate failure":
+            failures += 1
+            continue
+        pointer = _number((row.get("Pointer") or "").strip(), "pointer", line)
+        size = _number((row.get("Size") or "").strip(), "size", line)
+        stream = _number((row.get("Stream") or "0").strip(), "stream", line)
+        if action == "allocate":
+            if size <= 0:
+                raise RmmLogError(f"line {line}: allocation of size {size}")
+            if pointer in live:
+                raise RmmLogError(f"line {line}: pointer {pointer:#x} allocated twice")
+            if stream not in streams:
+                streams[stream] = len(streams)
+                lines.append(f"s {streams[stream]} {stream}")
+            live[pointer] = (next_id, size)
+            lines.append(f"a {next_id} {size} {streams[stream]}")
+            next_id += 1
+            requested += size
+            peak = max(peak, requested)
+        elif action == "free":
+            if pointer not in live:
+                raise RmmLogError(f"line {line}: free of {pointer:#x}, which is not live")
+            block_id, block_size = live.pop(pointer)
+            lines.append(f"f {block_id}")
+            requested -= block_size
+        else:
+            raise RmmLogError(f"line {line}: unknown action {row.get('Action')!r}")
+    summary = {"allocations": next_id, "streams": len(streams), "peak_requested_bytes": peak,
+               "allocation_failures_skipped": failures, "still_live": len(live),
+               "source": source}
+    return lines, summary
+
+
+def write_workload(rows, path: Path, source: str) -> dict:
+    lines, summary = convert(rows, source)
+    header = [FORMAT_LINE] + [f"# {key}: {value}" for key, value in summary.items()]
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt") as out:
+        out.write("\n".join(header + lines) + "\n")
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log", type=Path)
+    parser.add_argument("output", type=Path)
+    args = parser.parse_args()
+    try:
+        with open(args.log, newline="") as rows:
+            summary = write_workload(rows, args.output, str(args.log))
+    except (OSError, RmmLogError) as error:
+        print(f"error: {args.log}: {error}", file=sys.stderr)
+        return 1
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
