@@ -11,6 +11,7 @@
 #include "accounting/classification/probe_process_memory_source.hpp"
 #include "allocator/cuda/nvml_process_memory.hpp"
 #include "torch_plugin/device_allocators.hpp"
+#include "torch_plugin/json_writer.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
 namespace vramledger::torch_plugin {
@@ -171,60 +172,6 @@ void append_line(std::string& out, std::string_view prefix, std::string_view lab
   out += '\n';
 }
 
-void append_json_string(std::string& out, std::string_view text) {
-  out += '"';
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
-// Keys and values appended in order; commas handled here.
-class Json {
- public:
-  explicit Json(std::string& out, char open = '{') : out_(out), close_(open == '{' ? '}' : ']') {
-    out_ += open;
-  }
-  ~Json() { out_ += close_; }
-  Json(const Json&) = delete;
-  Json& operator=(const Json&) = delete;
-
-  std::string& key(std::string_view name) {
-    comma();
-    append_json_string(out_, name);
-    out_ += ':';
-    return out_;
-  }
-  std::string& item() {
-    comma();
-    return out_;
-  }
-  void number(std::string_view name, std::int64_t value) { key(name) += std::to_string(value); }
-  void boolean(std::string_view name, bool value) { key(name) += value ? "true" : "false"; }
-  void string(std::string_view name, std::string_view value) {
-    append_json_string(key(name), value);
-  }
-  void null(std::string_view name) { key(name) += "null"; }
-
- private:
-  void comma() {
-    if (!first_) out_ += ',';
-    first_ = false;
-  }
-  std::string& out_;
-  char close_;
-  bool first_ = true;
-};
-
 }  // namespace
 
 std::string process_report_text(const ProcessReport& report) {
@@ -256,7 +203,7 @@ std::string process_report_json(const ProcessReport& report) {
   const ProcessClassification& c = report.classification;
   std::string out;
   {
-    Json root(out);
+    JsonWriter root(out);
     root.string("schema", "vramledger.process_report");
     root.number("schema_version", kProcessReportSchemaVersion);
     root.number("device", report.device);
@@ -264,10 +211,10 @@ std::string process_report_json(const ProcessReport& report) {
     root.string("process_memory_source", report.process_memory_source);
     root.number("allocators", c.allocators);
     {
-      Json lines(root.key("lines"), '[');
+      JsonWriter lines(root.key("lines"), '[');
       const std::vector<NamedBytes> all = c.lines();
       for (std::size_t i = 0; i < all.size(); ++i) {
-        Json line(lines.item());
+        JsonWriter line(lines.item());
         const char* kind = i < 6 ? "torch" : (i + 1 == all.size() ? "remainder" : "non_torch");
         line.string("kind", kind);
         line.string("name", all[i].name);
@@ -275,7 +222,7 @@ std::string process_report_json(const ProcessReport& report) {
       }
     }
     {
-      Json torch(root.key("torch"));
+      JsonWriter torch(root.key("torch"));
       torch.number("requested", c.torch.requested);
       torch.number("rounding", c.torch.rounding);
       torch.number("pending_frees", c.torch.pending_frees);
@@ -285,11 +232,11 @@ std::string process_report_json(const ProcessReport& report) {
       torch.number("reserved", c.torch.reserved);
     }
     {
-      Json non_torch(root.key("non_torch"));
+      JsonWriter non_torch(root.key("non_torch"));
       non_torch.boolean("hooked", c.non_torch_hooked);
       non_torch.string("source", report.non_torch_source);
       {
-        Json libraries(non_torch.key("by_library"));
+        JsonWriter libraries(non_torch.key("by_library"));
         for (const NamedBytes& library : c.non_torch_by_library) {
           libraries.number(library.name, library.bytes);
         }
@@ -297,7 +244,7 @@ std::string process_report_json(const ProcessReport& report) {
       non_torch.number("tracked_total", c.non_torch_tracked_total());
     }
     {
-      Json remainder(root.key("remainder"));
+      JsonWriter remainder(root.key("remainder"));
       remainder.string("label", c.remainder_label());
       remainder.number("bytes", c.remainder);
     }
@@ -314,14 +261,14 @@ std::string process_report_json(const ProcessReport& report) {
     root.boolean("all_lines_non_negative", c.all_lines_non_negative());
     root.boolean("trustworthy", c.trustworthy());
     if (c.missing_hook) {
-      Json hook(root.key("missing_hook"));
+      JsonWriter hook(root.key("missing_hook"));
       hook.number("deficit_bytes", c.missing_hook->deficit_bytes);
       hook.string("message", c.missing_hook->message);
     } else {
       root.null("missing_hook");
     }
     {
-      Json problems(root.key("problems"), '[');
+      JsonWriter problems(root.key("problems"), '[');
       for (const std::string& problem : c.problems) append_json_string(problems.item(), problem);
     }
     if (c.caveat.empty()) {
@@ -330,7 +277,7 @@ std::string process_report_json(const ProcessReport& report) {
       root.string("caveat", c.caveat);
     }
     {
-      Json notes(root.key("notes"), '[');
+      JsonWriter notes(root.key("notes"), '[');
       for (const std::string& note : report.notes) append_json_string(notes.item(), note);
     }
   }

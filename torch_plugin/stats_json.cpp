@@ -6,65 +6,15 @@
 #include "accounting/fragmentation.hpp"
 #include "accounting/tag_registry.hpp"
 #include "torch_plugin/device_allocators.hpp"
+#include "torch_plugin/json_writer.hpp"
 
 namespace vramledger::torch_plugin {
 
 namespace {
 
-// A minimal JSON object writer: keys and values are appended in order, commas handled here.
-class JsonObject {
- public:
-  explicit JsonObject(std::string& out) : out_(out) { out_ += '{'; }
-  ~JsonObject() { out_ += '}'; }
-  JsonObject(const JsonObject&) = delete;
-  JsonObject& operator=(const JsonObject&) = delete;
-
-  std::string& key(std::string_view name) {
-    if (!first_) out_ += ',';
-    first_ = false;
-    append_string(out_, name);
-    out_ += ':';
-    return out_;
-  }
-  void number(std::string_view name, std::int64_t value) { key(name) += std::to_string(value); }
-  void real(std::string_view name, const std::optional<double>& value) {
-    std::string& out = key(name);
-    if (!value) {
-      out += "null";
-      return;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, "%.6g", *value);
-    out += text;
-  }
-  void boolean(std::string_view name, bool value) { key(name) += value ? "true" : "false"; }
-  void string(std::string_view name, std::string_view value) { append_string(key(name), value); }
-
-  static void append_string(std::string& out, std::string_view text) {
-    out += '"';
-    for (const char c : text) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        char escaped[8];
-        std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-        out += escaped;
-      } else {
-        out += c;
-      }
-    }
-    out += '"';
-  }
-
- private:
-  std::string& out_;
-  bool first_ = true;
-};
-
-void write_stat(JsonObject& parent, std::string_view name, const Stat& stat) {
+void write_stat(JsonWriter& parent, std::string_view name, const Stat& stat) {
   std::string& out = parent.key(name);
-  JsonObject object(out);
+  JsonWriter object(out);
   object.number("current", stat.current);
   object.number("peak", stat.peak);
   object.number("allocated", stat.allocated);
@@ -72,16 +22,16 @@ void write_stat(JsonObject& parent, std::string_view name, const Stat& stat) {
 }
 
 template <typename Member>
-void write_pooled(JsonObject& parent, std::string_view name, const LedgerCounters& counters,
+void write_pooled(JsonWriter& parent, std::string_view name, const LedgerCounters& counters,
                   Member member) {
   std::string& out = parent.key(name);
-  JsonObject pools(out);
+  JsonWriter pools(out);
   write_stat(pools, "all", counters.pool(StatPool::kAggregate).*member);
   write_stat(pools, "small_pool", counters.pool(StatPool::kSmall).*member);
   write_stat(pools, "large_pool", counters.pool(StatPool::kLarge).*member);
 }
 
-void write_counters(JsonObject& object, const LedgerCounters& counters,
+void write_counters(JsonWriter& object, const LedgerCounters& counters,
                     const std::vector<TagUsage>& tags) {
   write_pooled(object, "allocation", counters, &PoolCounters::allocation);
   write_pooled(object, "segment", counters, &PoolCounters::segment);
@@ -108,7 +58,7 @@ void write_counters(JsonObject& object, const LedgerCounters& counters,
   const FragmentationMetrics metrics = measure_fragmentation(counters);
   {
     std::string& out = object.key("fragmentation");
-    JsonObject fragmentation(out);
+    JsonWriter fragmentation(out);
     fragmentation.real("gmlake_ratio", metrics.gmlake_ratio);
     fragmentation.real("ratio_at_peak_reserved", metrics.ratio_at_peak_reserved);
     fragmentation.real("overhead_ratio", metrics.overhead_ratio);
@@ -118,11 +68,11 @@ void write_counters(JsonObject& object, const LedgerCounters& counters,
   }
   {
     std::string& out = object.key("tags");
-    JsonObject by_tag(out);
+    JsonWriter by_tag(out);
     for (const TagUsage& entry : tags) {
       const std::string name = entry.is_overflow ? std::string("(overflow)") : tag_name(entry.tag);
       std::string& tag_out = by_tag.key(name);
-      JsonObject usage(tag_out);
+      JsonWriter usage(tag_out);
       write_stat(usage, "allocation", entry.usage.allocation);
       write_stat(usage, "allocated_bytes", entry.usage.allocated_bytes);
       write_stat(usage, "requested_bytes", entry.usage.requested_bytes);
@@ -138,7 +88,7 @@ std::string stats_json(const DeviceAllocators& device) {
   const std::vector<TagUsage> tags = device.per_tag();
   std::string out;
   {
-    JsonObject object(out);
+    JsonWriter object(out);
     object.number("device", device.device());
     object.string("backend", device.backend_info().name);
     object.boolean("paged_heap", device.default_pool_is_paged());
@@ -152,7 +102,7 @@ std::string stats_json(const DeviceAllocators& device) {
 std::string empty_stats_json(int device) {
   std::string out;
   {
-    JsonObject object(out);
+    JsonWriter object(out);
     object.number("device", device);
     object.key("backend") += "null";
     object.boolean("paged_heap", false);

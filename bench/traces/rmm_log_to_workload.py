@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import sys
 from pathlib import Path
 
-FORMAT_LINE = "# vramledger workload trace v1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload_writer import FORMAT_LINE, write_trace  # noqa: E402,F401
 REQUIRED = ("Action", "Pointer", "Size", "Stream")
 
 
@@ -83,10 +83,7 @@ def convert(rows, source: str = "rmm log") -> tuple[list[str], dict]:
 
 def write_workload(rows, path: Path, source: str) -> dict:
     lines, summary = convert(rows, source)
-    header = [FORMAT_LINE] + [f"# {key}: {value}" for key, value in summary.items()]
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wt") as out:
-        out.write("\n".join(header + lines) + "\n")
+    write_trace(path, lines, list(summary.items()))
     return summary
 
 

@@ -13,12 +13,12 @@ Needs only the standard library (the pickle holds plain dicts and lists).
 from __future__ import annotations
 
 import argparse
-import gzip
 import pickle
 import sys
 from pathlib import Path
 
-FORMAT_LINE = "# vramledger workload trace v1"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload_writer import FORMAT_LINE, write_trace  # noqa: E402,F401
 
 
 class SnapshotError(ValueError):
@@ -115,15 +115,11 @@ def _completed_size(entries: list, index: int) -> int:
 def write_workload(snapshot: dict, path: Path, source: str, torch_figures: dict | None = None,
                    device: int | None = None) -> dict:
     lines, summary = convert(snapshot, device)
-    header = [FORMAT_LINE, f"# source: {source}"]
-    for key, value in summary.items():
-        header.append(f"# {key}: {value}")
+    metadata: list[tuple[str, object]] = [("source", source), *summary.items()]
     for key in ("peak_reserved_bytes", "peak_requested_bytes", "alloc_conf", "gpu"):
         if torch_figures and key in torch_figures:
-            header.append(f"# torch_{key}: {torch_figures[key]}")
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wt") as out:
-        out.write("\n".join(header + lines) + "\n")
+            metadata.append((f"torch_{key}", torch_figures[key]))
+    write_trace(path, lines, metadata)
     return summary
 
 
