@@ -286,7 +286,7 @@ class CachingAllocator::Impl {
         for (const AddressRange* range : heaps->ranges[p]) {
           free_mapped[p] += count_range(*range, out, live_seen);
         }
-        if (static_cast<std::size_t>(heaps->free[p].count()) != count_free_blocks(*heaps, p)) {
+        if (heaps->free[p].count() != count_free_blocks(*heaps, p)) {
           throw Error(ErrorCode::kInternal, "free index count disagrees with the block lists");
         }
       }
@@ -325,7 +325,7 @@ class CachingAllocator::Impl {
                            [&](const auto& h) { return h->stream == stream; });
     if (it == streams_.end()) return;
     StreamHeaps& heaps = **it;
-    drop_fences(heaps, /*all_complete=*/true);
+    mark_all_frees_idle(heaps);
     for (int p = 0; p < 2; ++p) release_idle_ranges(heaps, p, /*free_spans=*/true);
     trim_free_physical(0);
     if (heaps.ranges[0].empty() && heaps.ranges[1].empty()) {
@@ -753,7 +753,7 @@ class CachingAllocator::Impl {
       throw_if_error(backend_.synchronize_device(),
                      "synchronizing the device after recording a fence failed (" +
                          status.message() + ")");
-      drop_fences(heaps, /*all_complete=*/true);
+      mark_all_frees_idle(heaps);
       return;
     }
     heaps.outstanding_fences.emplace_back(event, heaps.next_fence);
@@ -771,15 +771,14 @@ class CachingAllocator::Impl {
     }
   }
 
-  // Forgets outstanding fences; with all_complete, everything freed so far counts as idle.
-  void drop_fences(StreamHeaps& heaps, bool all_complete) {
+  // After the whole device was synchronized: everything freed on the stream so far is idle, and
+  // the outstanding fences prove nothing more.
+  void mark_all_frees_idle(StreamHeaps& heaps) {
     for (auto& [event, sequence] : heaps.outstanding_fences) spare_events_.push_back(event);
     heaps.outstanding_fences.clear();
-    if (all_complete) {
-      heaps.completed_fence = heaps.next_fence;
-      heaps.next_fence++;
-      heaps.page_freed_since_last_fence = false;
-    }
+    heaps.completed_fence = heaps.next_fence;
+    heaps.next_fence++;
+    heaps.page_freed_since_last_fence = false;
   }
 
   // ---------------------------------------------------------------- freeing
