@@ -22,6 +22,20 @@ struct PageUse {
   std::size_t active_bytes = 0;  // their bytes on this page
 };
 
+// Physical memory created in one piece (one cuMemCreate): `pages` pages, mapped and unmapped only
+// as a whole. Mapping a run of pages as few chunks is what amortises the driver's per-mapping
+// cost (cuMemMap + cuMemSetAccess cost about the same for 2 MiB as for 64 MiB).
+struct PhysicalChunk {
+  PhysicalHandle handle = 0;
+  std::size_t pages = 0;
+};
+
+// What backs one mapped page: its chunk's handle and the chunk's first page in the span.
+struct PageMapping {
+  PhysicalHandle handle = 0;
+  std::size_t head = 0;
+};
+
 struct AddressRange {
   DevicePtr base = 0;
   std::size_t size = 0;
@@ -33,7 +47,7 @@ struct AddressRange {
 
   // Virtual spans only; pages past the end of these vectors were never touched.
   std::vector<PageUse> page_use;
-  std::vector<PhysicalHandle> page_handle;
+  std::vector<PageMapping> page_mapping;
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
 
@@ -61,21 +75,43 @@ struct AddressRange {
   void grow_pages(std::size_t page_count) {
     if (page_use.size() >= page_count) return;
     page_use.resize(page_count);
-    page_handle.resize(page_count, 0);
+    page_mapping.resize(page_count);
     mapped_bits.resize((page_count + 63) / 64, 0);
   }
-  void set_mapped(std::size_t page, PhysicalHandle handle) {
-    grow_pages(page + 1);
-    mapped_bits[page / 64] |= std::uint64_t{1} << (page % 64);
-    page_handle[page] = handle;
-    ++mapped_pages;
+  // Records that `chunk` is mapped at pages [first, first + chunk.pages).
+  void set_chunk_mapped(std::size_t first, PhysicalChunk chunk) {
+    grow_pages(first + chunk.pages);
+    for (std::size_t page = first; page < first + chunk.pages; ++page) {
+      mapped_bits[page / 64] |= std::uint64_t{1} << (page % 64);
+      page_mapping[page] = PageMapping{chunk.handle, first};
+    }
+    mapped_pages += chunk.pages;
   }
-  PhysicalHandle clear_mapped(std::size_t page) {
-    mapped_bits[page / 64] &= ~(std::uint64_t{1} << (page % 64));
-    --mapped_pages;
-    const PhysicalHandle handle = page_handle[page];
-    page_handle[page] = 0;
-    return handle;
+  // Forgets the chunk mapped from page `head` on (which must be its first page); returns it.
+  PhysicalChunk clear_chunk_mapped(std::size_t head) {
+    PhysicalChunk chunk{page_mapping[head].handle, 0};
+    for (std::size_t page = head;
+         page < page_mapping.size() && is_mapped(page) && page_mapping[page].head == head &&
+         page_mapping[page].handle == chunk.handle;
+         ++page) {
+      mapped_bits[page / 64] &= ~(std::uint64_t{1} << (page % 64));
+      page_mapping[page] = PageMapping{};
+      ++chunk.pages;
+    }
+    mapped_pages -= chunk.pages;
+    return chunk;
+  }
+  bool is_chunk_head(std::size_t page) const {
+    return is_mapped(page) && page_mapping[page].head == page;
+  }
+  // Pages of the chunk whose first page is `head`.
+  std::size_t chunk_pages(std::size_t head) const {
+    std::size_t page = head;
+    while (page < page_mapping.size() && is_mapped(page) && page_mapping[page].head == head &&
+           page_mapping[page].handle == page_mapping[head].handle) {
+      ++page;
+    }
+    return page - head;
   }
 };
 

@@ -31,6 +31,11 @@ struct AllocatorOptions {
   // pages are taken back from other ranges on demand anyway.
   std::size_t max_free_mapped_bytes = SIZE_MAX;
   std::size_t max_free_physical_bytes = SIZE_MAX;
+  // Paged heap: the largest piece of physical memory created and mapped at once. A run of pages
+  // an allocation needs is filled with as few chunks as possible: the driver's cost is per
+  // mapping, not per byte (bench/results/gpu/), but a chunk is unmapped only as a whole, so
+  // idle memory moves between addresses in coarser pieces. page_bytes (or less) = page by page.
+  std::size_t map_chunk_bytes = std::size_t{64} << 20;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
   // Use the paged heap when the backend supports virtual memory.

@@ -41,8 +41,8 @@ struct KeySpec {
   SizeRule size;
 };
 
-const std::array<KeySpec, 13>& key_table() {
-  static const std::array<KeySpec, 13> table = {{
+const std::array<KeySpec, 14>& key_table() {
+  static const std::array<KeySpec, 14> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -83,6 +83,11 @@ const std::array<KeySpec, 13>& key_table() {
        "max_free_physical_mb",
        ValueKind::kSize,
        {&AllocatorOptions::max_free_physical_bytes, kMiB, "MiB", nullptr, true, false}},
+      {"map_chunk_mb",
+       "map_chunk_mb",
+       ValueKind::kSize,
+       {&AllocatorOptions::map_chunk_bytes, kMiB, "MiB", "a chunk holds at least one page",
+        false, false}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,

@@ -14,6 +14,8 @@
 //   span_gb               paged heap span size, GiB (0 = twice the device memory)
 //   max_free_mapped_mb    free mapped pages kept, MiB, or `unlimited` (0 = unmap at once)
 //   max_free_physical_mb  free physical pages kept, MiB, or `unlimited` (0 = release at once)
+//   map_chunk_mb          paged heap: largest physical chunk created and mapped at once, MiB
+//                         (> 0; at most one page = map page by page)
 //   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
 //   paged_heap            true | false (case-insensitive)
 //

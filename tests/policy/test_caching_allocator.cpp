@@ -292,10 +292,48 @@ TEST_P(CachingAllocatorTest, InjectedDriverFailuresLoseNothing) {
 TEST_P(CachingAllocatorTest, InjectedOutOfMemoryIsRetried) {
   const SimOp op = paged() ? SimOp::kCreatePhysical : SimOp::kAllocateSegment;
   device_.inject_failure_at(op, 1, ErrorCode::kOutOfMemory);
+  // Paged heap: 30 MiB = 15 pages are created as chunks of 1 page (an eighth of the run, rounded
+  // down), so one refusal leaves nothing smaller to try and the allocation is retried.
   const DevicePtr p = allocator_->allocate(30 * kMiB, 0);
   EXPECT_EQ(ledger_.counters().num_alloc_retries, 1);
   allocator_->deallocate(p);
   expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, PagedHeapFallsBackToSmallerChunksWhenTheDeviceIsShort) {
+  if (!paged()) GTEST_SKIP() << "chunks belong to the paged heap";
+  // 64 MiB = 32 pages in chunks of 4; the first 4-page chunk is refused, 2 pages are not.
+  device_.inject_failure_at(SimOp::kCreatePhysical, 1, ErrorCode::kOutOfMemory);
+  const DevicePtr p = allocator_->allocate(64 * kMiB, 0);
+  EXPECT_TRUE(device_.is_range_accessible(p, 64 * kMiB));
+  EXPECT_EQ(ledger_.counters().num_alloc_retries, 0) << "a smaller chunk should have done";
+  EXPECT_EQ(device_.physical_bytes_in_use(), 64 * kMiB);
+  allocator_->deallocate(p);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, PagedHeapMapsARunInFewChunks) {
+  if (!paged()) GTEST_SKIP() << "chunks belong to the paged heap";
+  // 64 MiB = 32 pages: chunks of an eighth of the run, so 8 creates and 8 maps, not 32.
+  const DevicePtr p = allocator_->allocate(64 * kMiB, 0);
+  EXPECT_EQ(device_.call_count(SimOp::kCreatePhysical), 8u);
+  EXPECT_EQ(device_.call_count(SimOp::kMapPages), 8u);
+  allocator_->deallocate(p);
+  allocator_->empty_cache();
+  EXPECT_EQ(device_.call_count(SimOp::kUnmapPages), 8u);
+  EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, PagedHeapMapsPageByPageWhenChunksAreOnePage) {
+  if (!paged()) GTEST_SKIP() << "chunks belong to the paged heap";
+  AllocatorOptions options;
+  options.map_chunk_bytes = 2 * kMiB;
+  CachingAllocator allocator(device_, nullptr, options);
+  const DevicePtr p = allocator.allocate(64 * kMiB, 0);
+  EXPECT_EQ(device_.call_count(SimOp::kCreatePhysical), 32u);
+  EXPECT_TRUE(device_.is_range_accessible(p, 64 * kMiB));
+  allocator.deallocate(p);
 }
 
 TEST_P(CachingAllocatorTest, EmptyCacheReturnsEverything) {
