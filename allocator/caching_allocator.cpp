@@ -144,6 +144,79 @@ class CachingAllocator::Impl {
     return block->address;
   }
 
+  DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag) {
+    if (bytes == 0 || bytes > kMaxRequestBytes) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "allocate_at: cannot allocate " + format_bytes(bytes));
+    }
+    const std::size_t size = round_up(bytes, options_.round_bytes);
+    const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+    std::lock_guard lock(mutex_);
+    if (!pending_.empty()) process_completed_frees_locked();
+    StreamHeaps& heaps = heaps_for(stream);
+    Block* block = free_block_holding(heaps, pool, address, size);
+    FreeBlockIndex& index = heaps.free[pool_index(pool)];
+    if (block->range->is_span) {
+      AddressRange& span = *block->range;
+      const auto [whole_first, whole_last] = whole_pages(span, block->address, block->end());
+      const std::size_t lo = std::max(page_of(span, address), whole_first);
+      const std::size_t hi = std::min(page_of(span, address + size - 1) + 1, whole_last);
+      const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
+      map_pages_for(span, address, size);  // throws with nothing changed
+      free_mapped_pages_[pool_index(pool)] -= reused;
+    }
+    index.remove(block);
+    set_inactive_split(block, false);
+    if (block->address < address) {
+      Block* front = block;
+      block = split_front(front, address - front->address);
+      index.insert(front);
+      refresh_inactive_split(front);
+    }
+    if (block->size > size) {
+      Block* rest = split_front(block, size);
+      index.insert(rest);
+      refresh_inactive_split(rest);
+    }
+    if (block->range->is_span) mark_pages(*block, +1);
+    block->requested = bytes;
+    block->tag = tag;
+    block->state = BlockState::kAllocated;
+    block->range->active_blocks++;
+    live_.insert(block->address, block);
+    emit(EventKind::kAlloc, pool, stream, block->address, block->size, bytes, tag);
+    return block->address;
+  }
+
+  // The free block of `heaps` holding [address, address + size), or an error saying why none.
+  Block* free_block_holding(StreamHeaps& heaps, PoolKind pool, DevicePtr address,
+                            std::size_t size) {
+    auto refuse = [&](const std::string& why) -> Block* {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot place " + format_bytes(size) + " at " + format_pointer(address) +
+                      " on stream " + format_pointer(heaps.stream) + ": " + why);
+    };
+    for (AddressRange* range : heaps.ranges[pool_index(pool)]) {
+      if (address < range->base || address >= range->end()) continue;
+      if (size > range->end() - address) return refuse("the bytes run past the end of its range");
+      for (Block* b = range->first; b != nullptr; b = b->next) {
+        if (address >= b->end()) continue;
+        if (b->state != BlockState::kFree) {
+          return refuse(std::string("the bytes are ") +
+                        (b->state == BlockState::kAllocated ? "allocated" : "awaiting a free") +
+                        " (block at " + format_pointer(b->address) + ")");
+        }
+        if (address + size > b->end()) {
+          return refuse("only " + format_bytes(b->end() - address) + " are free there");
+        }
+        return b;
+      }
+    }
+    return refuse("no range of this allocator's " +
+                  std::string(pool == PoolKind::kSmall ? "small" : "large") +
+                  " pool on that stream holds the address");
+  }
+
   void deallocate(DevicePtr ptr) {
     std::lock_guard lock(mutex_);
     Block* block = live_.find(ptr);
@@ -1334,6 +1407,10 @@ CachingAllocator::~CachingAllocator() = default;
 
 DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag) {
   return impl_->allocate(bytes, stream, tag);
+}
+DevicePtr CachingAllocator::allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream,
+                                        TagId tag) {
+  return impl_->allocate_at(address, bytes, stream, tag);
 }
 void CachingAllocator::deallocate(DevicePtr ptr) { impl_->deallocate(ptr); }
 void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {

@@ -92,6 +92,12 @@ class CachingAllocator {
   // OutOfMemoryError (with the observer's account) when neither the cache nor the device nor
   // the cap allows it, Error(kInvalidStream / kDriverError) for backend failures.
   DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag = kUntagged);
+  // Allocates `bytes` at exactly `address`, which must lie with the whole rounded size in one
+  // free block of `stream`'s heap for that size (e.g. restoring a checkpointed private pool).
+  // Never asks the device for new ranges. Throws Error(kInvalidArgument) naming what holds the
+  // bytes when they are not free, and the errors of allocate() for mapping failures.
+  DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream,
+                        TagId tag = kUntagged);
   // Throws Error(kInvalidPointer) for pointers we do not own and Error(kDoubleFree) for blocks
   // already freed; in both cases nothing changes.
   void deallocate(DevicePtr ptr);

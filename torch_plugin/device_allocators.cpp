@@ -45,6 +45,8 @@ std::unique_ptr<DeviceBackend> make_backend(const std::string& name, int device)
   }
 }
 
+}  // namespace
+
 std::string pool_name(c10::MempoolId_t id) {
   // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + string&&.
   std::string name("(");
@@ -54,8 +56,6 @@ std::string pool_name(c10::MempoolId_t id) {
   name += ')';
   return name;
 }
-
-}  // namespace
 
 DeviceAllocators::DeviceAllocators(c10::DeviceIndex device, const Config& config)
     : device_(device),

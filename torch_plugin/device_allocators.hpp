@@ -38,6 +38,9 @@ bool any_capture_underway();
 // no CUDA calls, for the plugin's own tests on machines without a GPU.
 bool simulated_backend_allowed();
 
+// "(first, second)": how messages name a torch memory pool id.
+std::string pool_name(c10::MempoolId_t id);
+
 class DeviceAllocators {
  public:
   // Creates the backend named by config.backend ("auto" picks vmm where the device supports it,

@@ -14,6 +14,7 @@
 #include "accounting/tag_registry.hpp"
 #include "allocator/errors.hpp"
 #include "torch_plugin/device_stats.hpp"
+#include "torch_plugin/pool_checkpoint.hpp"
 #include "torch_plugin/snapshot_segments.hpp"
 
 namespace vramledger::torch_plugin {
@@ -569,19 +570,92 @@ bool VramledgerAllocator::checkPoolLiveAllocations(
 }
 
 std::shared_ptr<c10_alloc::AllocatorState> VramledgerAllocator::getCheckpointState(
-    c10::DeviceIndex /*device*/, c10::MempoolId_t /*id*/) {
-  TORCH_CHECK(false,
-              "vramledger does not support checkpointing a private pool's state "
-              "(used by torch.compile mode='reduce-overhead' CUDA graph trees when a tree "
-              "branches). Use mode='default' / 'max-autotune-no-cudagraphs', or PyTorch's "
-              "native allocator for this program.");
+    c10::DeviceIndex device, c10::MempoolId_t id) {
+  TORCH_CHECK(!is_default_pool(id), "vramledger: getCheckpointState: only private pools (CUDA "
+              "graph pools) can be checkpointed, not the default pool");
+  auto checkpoint = std::make_shared<PoolCheckpoint>();
+  checkpoint->device = device;
+  checkpoint->pool = id;
+  DeviceAllocators* state = device_if_created(device);
+  bool found = false;
+  if (state != nullptr) {
+    state->for_each_pool(id, [&](MemoryPool& pool) {
+      if (pool.id() != id || found) return;
+      found = true;
+      for (const SegmentInfo& segment : pool.policy().segments()) {
+        for (const BlockInfo& block : segment.blocks) {
+          if (!block.allocated) continue;
+          checkpoint->allocations.push_back(
+              {block.address, block.requested, segment.stream, block.tag});
+        }
+      }
+    }, /*all_pools=*/false);
+  }
+  TORCH_CHECK(found, "vramledger: getCheckpointState: no memory pool ", pool_name(id),
+              " on device ", static_cast<int>(device));
+  return checkpoint;
 }
 
 c10_alloc::CheckpointDelta VramledgerAllocator::setCheckpointPoolState(
-    c10::DeviceIndex /*device*/, std::shared_ptr<c10_alloc::AllocatorState> /*pps*/) {
-  TORCH_CHECK(false,
-              "vramledger does not support restoring a private pool's state (torch.compile "
-              "CUDA graph trees). Use PyTorch's native allocator for this program.");
+    c10::DeviceIndex device, std::shared_ptr<c10_alloc::AllocatorState> pps) {
+  auto checkpoint = std::dynamic_pointer_cast<PoolCheckpoint>(pps);
+  TORCH_CHECK(checkpoint != nullptr, "vramledger: setCheckpointPoolState: the state was not made "
+              "by vramledger's getCheckpointState (was the allocator changed in between?)");
+  TORCH_CHECK(checkpoint->device == device, "vramledger: setCheckpointPoolState: the checkpoint "
+              "is of device ", static_cast<int>(checkpoint->device), ", not ",
+              static_cast<int>(device));
+  // Frees recorded on other streams complete only after every capture (free_block): restoring
+  // then could not put blocks back where they were.
+  TORCH_CHECK(!any_capture_underway(), "vramledger: setCheckpointPoolState: cannot restore a "
+              "pool while a CUDA graph is being captured");
+  DeviceAllocators* state = device_if_created(device);
+  MemoryPool* pool = nullptr;
+  if (state != nullptr) {
+    state->for_each_pool(checkpoint->pool, [&](MemoryPool& candidate) {
+      if (candidate.id() != checkpoint->pool || pool != nullptr) return;
+      candidate.live_blocks.fetch_add(1);  // keeps the pool alive while we work on it
+      pool = &candidate;
+    }, /*all_pools=*/false);
+  }
+  TORCH_CHECK(pool != nullptr, "vramledger: setCheckpointPoolState: no memory pool ",
+              pool_name(checkpoint->pool), " on device ", static_cast<int>(device));
+  struct Hold {
+    DeviceAllocators& state;
+    MemoryPool& pool;
+    ~Hold() { state.release_block_of(pool); }
+  } hold{*state, *pool};
+
+  // Every block the pool handed out is freed (torch drops the deleters of their storages) ...
+  c10_alloc::CheckpointDelta delta;
+  for (const SegmentInfo& segment : pool->policy().segments()) {
+    for (const BlockInfo& block : segment.blocks) {
+      if (block.allocated) delta.ptrs_freed.push_back(reinterpret_cast<void*>(block.address));
+    }
+  }
+  for (void* ptr : delta.ptrs_freed) free_block(ptr);
+  pool->policy().process_completed_frees();
+  // ... and the checkpoint's blocks come back where they were, with fresh DataPtrs torch hands
+  // to the storages still alive.
+  const RelaxedCaptureMode relaxed(!state->is_simulated());
+  for (const PoolCheckpoint::Allocation& allocation : checkpoint->allocations) {
+    DevicePtr address = 0;
+    try {
+      address = pool->policy().allocate_at(allocation.address, allocation.requested,
+                                           allocation.stream, allocation.tag);
+    } catch (const std::exception& error) {
+      raise(error, "restoring a checkpointed CUDA graph pool");
+    }
+    pool->live_blocks.fetch_add(1);
+    void* ptr = reinterpret_cast<void*>(address);
+    registry_.insert(ptr, LiveAllocation{pool, device, allocation.requested, allocation.stream,
+                                         false});
+    if (c10::memoryProfilingEnabled()) {
+      report_to_profiler(ptr, static_cast<std::int64_t>(allocation.requested), device);
+    }
+    delta.dataptrs_allocd.emplace_back(ptr, ptr, &delete_block,
+                                       c10::Device(c10::DeviceType::CUDA, device));
+  }
+  return delta;
 }
 
 // ------------------------------------------------------------------------------ IPC

@@ -336,6 +336,57 @@ TEST_P(CachingAllocatorTest, PagedHeapMapsPageByPageWhenChunksAreOnePage) {
   allocator.deallocate(p);
 }
 
+TEST_P(CachingAllocatorTest, AllocateAtRestoresABlockWhereItWas) {
+  const DevicePtr a = allocator_->allocate(3 * kMiB, 0);
+  const DevicePtr b = allocator_->allocate(5 * kMiB + 100, 0);
+  const DevicePtr c = allocator_->allocate(3 * kMiB, 0);
+  allocator_->deallocate(b);
+  allocator_->empty_cache();  // the paged heap unmaps b's pages: allocate_at must map them again
+  EXPECT_EQ(allocator_->allocate_at(b, 5 * kMiB + 100, 0), b);
+  EXPECT_TRUE(device_.is_range_accessible(b, 5 * kMiB + 100));
+  EXPECT_EQ(allocator_->describe(b).requested, 5 * kMiB + 100);
+  expect_consistent();
+  for (DevicePtr p : {a, b, c}) allocator_->deallocate(p);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, AllocateAtCarvesTheMiddleOfAFreeBlock) {
+  const DevicePtr big = allocator_->allocate(40 * kMiB, 0);
+  allocator_->deallocate(big);
+  const DevicePtr middle = big + 8 * kMiB + 512;
+  EXPECT_EQ(allocator_->allocate_at(middle, 4 * kMiB, 0), middle);
+  EXPECT_TRUE(device_.is_range_accessible(middle, 4 * kMiB));
+  expect_consistent();
+  // The bytes before and after stay free and usable.
+  const DevicePtr before = allocator_->allocate_at(big, 8 * kMiB, 0);
+  EXPECT_EQ(before, big);
+  expect_consistent();
+  allocator_->deallocate(before);
+  allocator_->deallocate(middle);
+  expect_consistent();
+}
+
+TEST_P(CachingAllocatorTest, AllocateAtRefusesBytesThatAreNotFree) {
+  const DevicePtr a = allocator_->allocate(4 * kMiB, 0);
+  auto expect_refused = [&](DevicePtr address, std::size_t bytes, StreamHandle stream,
+                            const char* why) {
+    try {
+      allocator_->allocate_at(address, bytes, stream);
+      ADD_FAILURE() << "allocate_at(" << address << ") was not refused";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      EXPECT_NE(std::string(error.what()).find(why), std::string::npos) << error.what();
+    }
+  };
+  expect_refused(a, 4 * kMiB, 0, "allocated");
+  expect_refused(a + 1 * kMiB, 1 * kMiB + 1, 0, "allocated");
+  expect_refused(a, 4 * kMiB, device_.create_stream(), "no range");
+  expect_refused(0x1000, 4 * kMiB, 0, "no range");
+  expect_consistent();
+  allocator_->deallocate(a);
+  expect_consistent();
+}
+
 TEST_P(CachingAllocatorTest, EmptyCacheReturnsEverything) {
   std::vector<DevicePtr> ptrs;
   for (int i = 0; i < 20; ++i) ptrs.push_back(allocator_->allocate((i + 1) * kMiB, 0));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -282,7 +283,7 @@ TEST(TorchPlugin, BaseAllocationCacheInfoAndSegmentSizes) {
   EXPECT_GT(largest, 64 * kMiB);
 }
 
-TEST(TorchPlugin, IpcAndCheckpointsAreClearlyRefused) {
+TEST(TorchPlugin, IpcNoSplitAndUnknownPoolsAreClearlyRefused) {
   void* p = alloc(kMiB);
   try {
     plugin().shareIpcHandle(p);
@@ -291,9 +292,55 @@ TEST(TorchPlugin, IpcAndCheckpointsAreClearlyRefused) {
     EXPECT_NE(std::string(error.what()).find("vramledger does not support"), std::string::npos);
   }
   EXPECT_THROW(plugin().getIpcDevPtr("x"), c10::Error);
-  EXPECT_THROW(plugin().getCheckpointState(0, {1, 0}), c10::Error);
+  EXPECT_THROW(plugin().getCheckpointState(0, {1, 0}), c10::Error) << "no such pool";
   EXPECT_THROW(plugin().setNoSplit(0, {1, 0}), c10::Error);
   plugin().free_block(p);
+}
+
+// What torch.compile's CUDA graph trees do: checkpoint a private pool after recording a graph,
+// let the pool change, then put the checkpoint back before recording on another path.
+TEST(TorchPlugin, CheckpointedPoolComesBackExactly) {
+  const c10::MempoolId_t pool{104, 0};
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* kept = alloc(3 * kMiB);
+  void* also_kept = alloc(700 * 1024);
+  void* dropped_later = alloc(5 * kMiB);
+  plugin().free_block(dropped_later);
+  const auto allocated_at_checkpoint = stats().allocated_bytes[kAll].current;
+  const auto checkpoint = plugin().getCheckpointState(0, pool);
+
+  plugin().free_block(also_kept);  // the pool moves on: one block freed, another one made
+  void* newer = alloc(2 * kMiB);
+  plugin().endAllocateToPool(0, pool);  // graph trees restore between recordings
+  auto delta = plugin().setCheckpointPoolState(0, checkpoint);
+
+  // Freed: what was allocated just before (kept, newer); allocated: the checkpoint's blocks.
+  std::set<void*> freed(delta.ptrs_freed.begin(), delta.ptrs_freed.end());
+  EXPECT_EQ(freed, (std::set<void*>{kept, newer}));
+  std::set<void*> allocd;
+  for (const auto& data_ptr : delta.dataptrs_allocd) {
+    allocd.insert(data_ptr.get());
+    EXPECT_EQ(data_ptr.get_deleter(), plugin().raw_deleter());
+  }
+  EXPECT_EQ(allocd, (std::set<void*>{kept, also_kept}));
+  EXPECT_EQ(stats().allocated_bytes[kAll].current, allocated_at_checkpoint);
+  EXPECT_TRUE(plugin().checkPoolLiveAllocations(0, pool, {kept, also_kept}));
+  // The restored blocks are ordinary ones: their DataPtrs free them.
+  delta.dataptrs_allocd.clear();
+  EXPECT_TRUE(plugin().checkPoolLiveAllocations(0, pool, {}));
+  EXPECT_THROW(plugin().free_block(kept), c10::Error) << "already freed by its DataPtr";
+
+  // Misuse is a clear error.
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* small = alloc(kMiB);
+  const auto one_block = plugin().getCheckpointState(0, pool);
+  EXPECT_THROW(plugin().setCheckpointPoolState(0, one_block), c10::Error) << "while capturing";
+  plugin().endAllocateToPool(0, pool);
+  plugin().free_block(small);
+  EXPECT_THROW(plugin().setCheckpointPoolState(1, one_block), c10::Error) << "wrong device";
+  EXPECT_THROW(plugin().getCheckpointState(0, {0, 0}), c10::Error) << "default pool";
+  plugin().releasePool(0, pool);
+  plugin().emptyCache();
 }
 
 TEST(TorchPlugin, ConcurrentAllocateAndFree) {
