@@ -16,7 +16,18 @@ typedef unsigned long long CUdeviceptr;        /* CUdeviceptr_v2 */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUstream_st* CUstream;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
-typedef struct CUmemAllocationProp_st CUmemAllocationProp; /* only passed through */
+typedef struct CUmemAllocationProp_st CUmemAllocationProp; /* passed through; the shim reads only
+                                                            the leading fields below */
+/* The first fields of cuda.h's CUmemAllocationProp (type, requestedHandleTypes, location): enough
+ * to tell device memory from host memory (CU_MEM_LOCATION_TYPE_HOST*, which NCCL's cuMem host
+ * buffers use). */
+typedef struct vl_CUmemAllocationPropHead {
+  int type;
+  int requested_handle_types;
+  int location_type;
+  int location_id;
+} vl_CUmemAllocationPropHead;
+#define VRAMLEDGER_CU_MEM_LOCATION_TYPE_DEVICE 1
 typedef int CUdriverProcAddressQueryResult;
 typedef int cudaError_t;                       /* cudaSuccess == 0 */
 typedef struct CUstream_st* cudaStream_t;

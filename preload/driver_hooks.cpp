@@ -94,7 +94,12 @@ CUresult mem_create(int v, CUmemGenericAllocationHandle* handle, size_t size,
   const bool nested = inside_runtime_call();
   const CUresult result = real(handle, size, prop, flags);
   const std::uint64_t key = result == 0 && handle != nullptr ? *handle : 0;
-  after_allocation(result, KeyKind::kPhysicalHandle, key, size, ra, nested);
+  // Host-located physical memory (NCCL allocates its host buffers this way by default) holds no
+  // device bytes: recorded with 0 bytes so its cuMemRelease is still a tracked free.
+  const bool on_device =
+      prop == nullptr || reinterpret_cast<const vl_CUmemAllocationPropHead*>(prop)->location_type ==
+                             VRAMLEDGER_CU_MEM_LOCATION_TYPE_DEVICE;
+  after_allocation(result, KeyKind::kPhysicalHandle, key, on_device ? size : 0, ra, nested);
   return result;
 }
 
