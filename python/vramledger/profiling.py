@@ -1,9 +1,9 @@
 """vLLM-style memory profiling from vramledger's own counters.
 
     import vramledger
-    from vramledger.profiling import memory_profile
+    from vramledger.profiling import memory_profile, nvml_process_memory
 
-    with memory_profile(process_memory=my_nvml_sampler) as prof:   # baseline
+    with memory_profile(process_memory=nvml_process_memory()) as prof:   # baseline
         with prof.loading():
             model = load_model()
         with prof.profiling():                                      # resets peak stats
@@ -17,11 +17,14 @@ docs/classification.md defines each one. Torch figures come from vramledger.stat
 exact. Non-torch memory is `process usage - torch reserved` when a per-process sampler is given
 (NVML's per-process figure: a neighbour process cannot move it), `device used - reserved` (vLLM's
 figure, with a warning) when only device figures are available, and not measured otherwise.
+nvml_process_memory() samples NVML through vramledger.process_report(); preload_non_torch() reads
+the LD_PRELOAD shim's per-library bytes the same way (None when the shim is not loaded).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -249,6 +252,50 @@ class MemoryProfile:
             kv_cache_budget_bytes=kv, weights_tag_bytes=end.weights_tag,
             non_torch_tracked_increase_bytes=end.tracked_non_torch - begin.tracked_non_torch,
             non_torch_basis=basis, warnings=warnings)
+
+
+def nvml_process_memory(device: Any = None) -> Callable[[], ProcessMemory]:
+    """A `process_memory` sampler reading vramledger.process_report(): NVML's per-process used
+    memory for this process (the torch plugin's NvmlProcessMemory through
+    ProbeProcessMemorySource) and the device's used/total. Where NVML does not list this process
+    (PID namespaces, vGPU) the sample has no per-process figure and carries the report's caveat,
+    so the profile takes the device-used fallback and says so.
+
+        with memory_profile(process_memory=nvml_process_memory()) as prof: ...
+    """
+    from . import process_report  # the public API; imported late (needs torch)
+
+    def sample() -> ProcessMemory:
+        return process_memory_from_report(json.loads(process_report(device, format="json")))
+
+    return sample
+
+
+def process_memory_from_report(report: Dict[str, Any]) -> ProcessMemory:
+    """The ProcessMemory a process report (docs/report_schema.md, "Process report") was built
+    from: process usage is the per-process figure only under basis nvml_per_process; in the
+    fallback it is the device's used memory, so it must not be passed on as per-process."""
+    per_process = report["basis"] == "nvml_per_process"
+    return ProcessMemory(
+        device_used_bytes=int(report["device_used_bytes"]),
+        device_total_bytes=int(report["device_total_bytes"]),
+        process_used_bytes=int(report["process_usage_bytes"]) if per_process else None,
+        process_used_unavailable="" if per_process else (report.get("caveat")
+                                                          or "no per-process figure"))
+
+
+def preload_non_torch(device: Any = None) -> Optional[Callable[[], Dict[str, int]]]:
+    """A `non_torch` tracker reading the LD_PRELOAD shim's per-library bytes from
+    vramledger.process_report(), or None when the shim is not loaded in this process (then pass
+    nothing: the non-torch memory is still inside process usage - reserved)."""
+    from . import process_report
+
+    def by_library() -> Dict[str, int]:
+        report = json.loads(process_report(device, format="json"))
+        return {name: int(num) for name, num in report["non_torch"]["by_library"].items()}
+
+    hooked = json.loads(process_report(device, format="json"))["non_torch"]["hooked"]
+    return by_library if hooked else None
 
 
 @contextlib.contextmanager
