@@ -2,6 +2,7 @@
 # The GPU suite: everything vramledger checks on a real GPU, in one command.
 #
 #   scripts/gpu_suite.sh [--quick] [--keep-build] [--only STEP[,STEP...]] [--skip STEP[,STEP...]]
+#                        [--hooks NN[,NN...]]   (extra: only the gpu_suite.d hooks with these numbers)
 #
 # Steps, in order (names for --only/--skip):
 #   env        what the machine is: GPU, driver, nvcc, g++, meson, GoogleTest libraries
@@ -36,12 +37,14 @@ QUICK=0
 KEEP_BUILD=0
 ONLY=""
 SKIP=""
+HOOKS=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) QUICK=1 ;;
     --keep-build) KEEP_BUILD=1 ;;
     --only) ONLY=",$2,"; shift ;;
     --skip) SKIP=",$2,"; shift ;;
+    --hooks) HOOKS=",$2,"; shift ;;
     *) echo "gpu_suite: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -404,9 +407,14 @@ EOF
 }
 
 step_extra() {
-  local hook
+  local hook number
   for hook in "$REPO"/scripts/gpu_suite.d/*.sh; do
     [[ -f "$hook" ]] || continue
+    number=$(basename "$hook"); number=${number%%-*}
+    if [[ -n "$HOOKS" && "$HOOKS" != *",$number,"* ]]; then
+      note "extra: $hook not selected (--hooks)"
+      continue
+    fi
     note "extra: $hook"
     # shellcheck disable=SC1090
     source "$hook"
