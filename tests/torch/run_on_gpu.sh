@@ -7,6 +7,7 @@
 #   --build-dir DIR  reuse a configured build folder (e.g. scripts/gpu_suite.sh's
 #                    build-gpu-suite) instead of configuring build-torch-gpu
 #   --quick          test_installed with the default backend only (not once per backend)
+#   --stage-only     stop after staging the package (for later suites that only need it)
 #
 # Logs, JUnit XML and summary.txt go to $OUT/torch when $OUT is set (the device runner returns
 # that folder), else to build-torch-gpu-logs/. Exit status 0 when every step passed. The
@@ -29,10 +30,12 @@ BUDGET=${VRAMLEDGER_TORCH_GPU_BUDGET_S:-400}  # whole run; later steps shrink or
 remaining() { echo $(( BUDGET - ($(date +%s) - START) )); }
 BUILD=build-torch-gpu
 QUICK=0
+STAGE_ONLY=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) BUILD=$2; shift ;;
     --quick) QUICK=1 ;;
+    --stage-only) STAGE_ONLY=1 ;;
     *) echo "run_on_gpu: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -114,6 +117,11 @@ if ! "$PYTHON" tests/torch/stage_package.py "$BUILD" "$STAGE" >"$LOGS/stage.log"
 fi
 export PYTHONPATH="$STAGE${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+if (( STAGE_ONLY )); then
+  add_summary "stage: ok ($STAGE); pytest not run (--stage-only)"
+  echo "0 passed, 0 failed, 0 skipped (staged only)" | tee -a "$LOGS/summary.txt"
+  exit 0
+fi
 
 # --- pytest ---
 # run_pytest LABEL LIMIT_S [VAR=VALUE...] -- PYTEST ARGS...
