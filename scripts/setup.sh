@@ -18,7 +18,7 @@ repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # is used); Meson skips what the libraries enable when they are missing. The CUDA toolkit is
 # optional (-Dcuda=auto) and never installed here.
 required_packages=(g++ ninja-build pkg-config libgtest-dev libgmock-dev python3)
-optional_packages=(python3-venv libbenchmark-dev libcli11-dev zlib1g-dev nlohmann-json3-dev chromium-headless-shell)
+optional_packages=(python3-venv python3-pytest libbenchmark-dev libcli11-dev zlib1g-dev nlohmann-json3-dev chromium-headless-shell)
 
 missing_from() {
   local pkg
