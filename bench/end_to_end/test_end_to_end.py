@@ -441,20 +441,21 @@ def test_compile_check_classifies_the_known_refusal_only():
     assert cc.classify({"status": "ok", "result": {}}) == "works"
 
 
-def test_compile_check_known_refusal_is_reported_not_failed(tmp_path, fake_python):
+def test_compile_check_refusal_is_a_failure_and_named(tmp_path, fake_python):
     out = tmp_path / "out"
     done = run_script("compile_check.py", fake_python, out,
                       behaviour={"inference_fixed.vramledger": "refuse",
                                  "train_step.vramledger": "refuse",
                                  "two_shapes.vramledger": "refuse"})
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
     doc = load(out, "compile_check.json")
     assert [r["vramledger"] for r in doc["rows"]] == ["refused"] * 3
     assert doc["checkpointing_needed"] is True
     assert "does not support checkpointing a private pool's state (fake)" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith(
         "SUMMARY reduce-overhead under vramledger: 0/3 cases work (native 3/3); "
-        "checkpointing (getCheckpointState/setCheckpointPoolState) NEEDED")
+        "checkpointing (getCheckpointState/setCheckpointPoolState) NEEDED: refused in "
+        "inference_fixed, train_step, two_shapes; 3 problem(s)")
 
 
 def test_compile_check_failures(tmp_path, fake_python):
