@@ -259,6 +259,38 @@ def test_torch_compile_reduce_overhead(monkeypatch):
     assert torch.cuda.memory_allocated() == vramledger.stats()["allocated_bytes"]["all"]["current"]
 
 
+def test_two_gpus_are_accounted_separately():
+    """On a machine with two GPUs each device has its own vramledger allocator and ledger:
+    allocations, copies between the devices, per-device statistics and empty_cache."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs 2 GPUs, this machine has {torch.cuda.device_count()}")
+    _settle()
+    for device in (0, 1):
+        torch.cuda.synchronize(device)
+    before = [vramledger.stats(d)["allocated_bytes"]["all"]["current"] for d in (0, 1)]
+    a = torch.randn(1024, 1024, device="cuda:0")
+    b = torch.empty(3 * MiB + 7, dtype=torch.uint8, device="cuda:1")
+    product_on_1 = (a.to("cuda:1") @ a.to("cuda:1")).sum()
+    product_on_0 = (a @ a).sum()
+    torch.testing.assert_close(product_on_1.cpu(), product_on_0.cpu())
+    for device in (0, 1):
+        torch.cuda.synchronize(device)
+        theirs = torch.cuda.memory_stats(device)
+        ours = vramledger.flat_stats(device)
+        for key in TORCH_KEYS:
+            assert theirs[key] == ours[key], (device, key)
+    grown = [vramledger.stats(d)["allocated_bytes"]["all"]["current"] - before[d] for d in (0, 1)]
+    assert grown[0] >= 4 * MiB and grown[1] >= 3 * MiB + 7
+    del a, b, product_on_0, product_on_1
+    _settle()
+    for device in (0, 1):
+        with torch.cuda.device(device):
+            torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved(device) == \
+            vramledger.stats(device)["reserved_bytes"]["all"]["current"]
+        assert torch.cuda.memory_allocated(device) == before[device]
+
+
 def test_mem_pool_context():
     _settle()
     pool = torch.cuda.MemPool()
