@@ -1,0 +1,599 @@
+// vramledger-bench-gpu-latency: host-side latency of one allocate + free pair on GPU 0, for every
+// allocator in one run, so ratios come from the same machine, driver and minute:
+//
+//   vramledger-<backend>  CachingAllocator + ledger over vmm (paged heap), cuda_malloc,
+//                         malloc_async (configured as the plugin is: "backend:<name>")
+//   cudaMalloc            cudaMalloc + cudaFree
+//   cudaMallocAsync       cudaMallocAsync + cudaFreeAsync, default pool, release threshold max
+//   torch-native          torch's caching allocator, raw_alloc_with_stream / raw_delete (when
+//                         built against torch); torch-expandable: the same, growth only, under
+//                         expandable_segments:True
+//
+// Benchmarks (names a script can split on '/'; Google Benchmark appends /min_time:..,
+// /iterations:.., /real_time and /threads:N):
+//   BM_Pair/<allocator>/<size>      warm: the size is already cached (512B .. 256MiB)
+//   BM_Mixed/<allocator>/threads:N  a ring of 64 live blocks per thread, log-uniform 512 B - 4 MiB
+//                                   from a fixed seed; each iteration frees the oldest and
+//                                   allocates the next; each thread on its own stream. Time is
+//                                   wall time over all threads' operations (per-thread latency is
+//                                   that times N); items_per_second is the aggregate rate.
+//   BM_Streams/<allocator>/4        the mixed ring on one thread, allocations round-robin over 4
+//                                   streams (a block is freed on the stream it was allocated on)
+//   BM_Growth/<allocator>/<size>    first allocation of 1 GiB / 8 GiB from a cold allocator, plus
+//                                   freeing it and returning the memory to the driver; counter
+//                                   alloc_ms is the allocate call alone
+//
+//   vramledger-bench-gpu-latency [--quick] [Google Benchmark flags, e.g.
+//       --benchmark_out=gpu_latency.json --benchmark_out_format=json]
+//   vramledger-bench-gpu-latency --simulated[-capacity-gib=N] [--quick] [...]
+//
+// --quick shortens every case (CI-sized figures). --simulated runs the same cases through the
+// policy on the simulated device (allocators simulated-paged / simulated-segment): a CPU check of
+// this program, never GPU figures. Without a usable GPU (and without --simulated) it prints why
+// and exits 0. Exit status 1 when a case failed or a ledger disagrees with its allocator's census
+// afterwards; 2 for a bad command line. bench/gpu_latency/pivot.py turns the JSON into a table
+// and a chart.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "allocator/cuda/cuda_backend_factory.hpp"
+#include "allocator/errors.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "bench/gpu_latency/peers.hpp"
+#ifdef VRAMLEDGER_BENCH_WITH_TORCH
+#include "bench/gpu_latency/torch_native_peer.hpp"
+#endif
+
+namespace vramledger::gpu_latency {
+namespace {
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+constexpr std::size_t kLiveBlocks = 64;
+constexpr std::size_t kPatternLength = 4096;  // a power of two: indices wrap with a mask
+constexpr int kMaxThreads = 16;
+constexpr std::size_t kRoundRobinStreams = 4;
+constexpr std::array<int, 5> kThreadCounts = {1, 2, 4, 8, 16};
+
+// Growth runs on the legacy default stream (torch's default), which every backend accepts, the
+// simulated dry run's fresh devices included.
+const cudaStream_t kGrowthStream = nullptr;
+
+struct SizeCase {
+  std::size_t bytes;
+  const char* label;
+};
+constexpr std::array<SizeCase, 5> kPairSizes = {{{512, "512B"},
+                                                 {64 * kKiB, "64KiB"},
+                                                 {kMiB, "1MiB"},
+                                                 {16 * kMiB, "16MiB"},
+                                                 {256 * kMiB, "256MiB"}}};
+constexpr std::array<SizeCase, 2> kGrowthSizes = {{{kGiB, "1GiB"}, {8 * kGiB, "8GiB"}}};
+
+// How long each case runs. Cached allocators take ~0.1-1 us a pair; cudaMalloc ~65 us, so it
+// gets a shorter minimum time (still hundreds of pairs) to keep the binary well under ~150 s.
+struct RunLengths {
+  double fast_min_time_s = 0.2;
+  double cuda_malloc_min_time_s = 0.03;
+  int growth_iterations = 4;
+};
+
+// The simulated dry run (--simulated): no CUDA call may be made.
+bool g_simulated = false;
+
+// ------------------------------------------------------------------------------ failures
+
+// Cases that failed, reported at the end and turned into exit status 1.
+std::mutex g_failures_mutex;
+std::map<std::string, std::string> g_failures;
+
+std::string first_line(std::string_view text) {
+  text = text.substr(0, text.find('\n'));
+  return std::string(text.substr(0, 400));
+}
+
+// Marks the running benchmark failed; the caller must leave the timed loop (break) at once.
+void fail(benchmark::State& state, const std::string& benchmark_name, const std::exception& error) {
+  const std::string message = first_line(error.what());
+  state.SkipWithError(message.c_str());
+  std::lock_guard<std::mutex> lock(g_failures_mutex);
+  g_failures.emplace(benchmark_name, message);
+}
+
+// ------------------------------------------------------------------------------ streams
+
+// Streams made once: thread i of a case uses stream i, the round-robin case streams 0..3. Nothing
+// is ever launched on them; they only order the stream-aware allocators. On the GPU they are
+// non-blocking CUDA streams; in the simulated dry run, streams of the simulated device.
+class Streams {
+ public:
+  using Create = std::function<cudaStream_t()>;
+  using Destroy = std::function<void(cudaStream_t)>;
+  Streams(const Create& create, Destroy destroy) : destroy_(std::move(destroy)) {
+    try {
+      for (cudaStream_t& stream : streams_) stream = create();
+    } catch (...) {
+      destroy_all();  // the destructor will not run
+      throw;
+    }
+  }
+  ~Streams() { destroy_all(); }
+  Streams(const Streams&) = delete;
+  Streams& operator=(const Streams&) = delete;
+  cudaStream_t at(std::size_t i) const { return streams_.at(i); }
+
+  static std::unique_ptr<Streams> cuda() {
+    return std::make_unique<Streams>(
+        [] {
+          cudaStream_t stream = nullptr;
+          const cudaError_t error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+          if (error != cudaSuccess) throw_cuda(error, "cudaStreamCreateWithFlags", 0);
+          return stream;
+        },
+        [](cudaStream_t stream) {
+          if (cudaStreamDestroy(stream) != cudaSuccess) (void)cudaGetLastError();
+        });
+  }
+  static std::unique_ptr<Streams> simulated(SimulatedDevice& device) {
+    return std::make_unique<Streams>(
+        [&device] { return reinterpret_cast<cudaStream_t>(device.create_stream()); },
+        [&device](cudaStream_t stream) {
+          (void)device.destroy_stream(reinterpret_cast<StreamHandle>(stream));
+        });
+  }
+
+ private:
+  void destroy_all() {
+    for (cudaStream_t& stream : streams_) {
+      if (stream != nullptr) destroy_(stream);
+      stream = nullptr;
+    }
+  }
+  std::array<cudaStream_t, kMaxThreads> streams_{};
+  Destroy destroy_;
+};
+
+// ------------------------------------------------------------------------------ the mixed ring
+
+// Sizes log-uniform in [512 B, 4 MiB], drawn once per thread from a fixed seed, so every
+// allocator and run sees the same sequence.
+struct MixedPattern {
+  std::vector<std::size_t> sizes;
+  explicit MixedPattern(std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> exponent(9.0, 22.0);  // 2^9 .. 2^22 bytes
+    sizes.reserve(kPatternLength);
+    for (std::size_t i = 0; i < kPatternLength; ++i) {
+      sizes.push_back(static_cast<std::size_t>(std::exp2(exponent(rng))));
+    }
+  }
+};
+
+const MixedPattern& mixed_pattern(int thread) {
+  static const std::vector<MixedPattern> patterns = [] {
+    std::vector<MixedPattern> made;
+    for (int t = 0; t < kMaxThreads; ++t) made.emplace_back(0x5eed + static_cast<std::uint64_t>(t));
+    return made;
+  }();
+  return patterns.at(static_cast<std::size_t>(thread));
+}
+
+struct LiveBlock {
+  void* ptr = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+// ------------------------------------------------------------------------------ case bodies
+
+template <class Peer>
+void pair_case(benchmark::State& state, const std::string& name, Peer& peer, std::size_t bytes,
+               cudaStream_t stream) {
+  try {
+    peer.deallocate(peer.allocate(bytes, stream), stream);  // warm: the size is now cached
+  } catch (const std::exception& error) {
+    fail(state, name, error);
+    return;
+  }
+  for (auto _ : state) {
+    try {
+      // No benchmark::DoNotOptimize(ptr): both calls are opaque to the compiler anyway, and
+      // Google Benchmark 1.7's "+m,r" form handed deallocate a garbage pointer in a -O1 build.
+      peer.deallocate(peer.allocate(bytes, stream), stream);
+    } catch (const std::exception& error) {
+      fail(state, name, error);
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// round_robin == 0: every block on this thread's own stream; otherwise allocation j goes to
+// stream j % round_robin.
+template <class Peer>
+void ring_case(benchmark::State& state, const std::string& registered_name, Peer& peer,
+               const Streams& streams, std::size_t round_robin) {
+  // One registration runs at several thread counts: name failures by the run, as the JSON does.
+  const std::string name = round_robin == 0
+                               ? registered_name + "/threads:" + std::to_string(state.threads())
+                               : registered_name;
+  if (!g_simulated && cudaSetDevice(kDevice) != cudaSuccess) {  // new threads: make GPU 0 current
+    fail(state, name, PeerError("cudaSetDevice(0) failed in a benchmark thread"));
+    return;
+  }
+  const auto thread = static_cast<std::size_t>(state.thread_index());
+  const std::vector<std::size_t>& sizes = mixed_pattern(state.thread_index()).sizes;
+  const auto stream_for = [&](std::size_t j) {
+    return round_robin == 0 ? streams.at(thread) : streams.at(j % round_robin);
+  };
+  std::array<LiveBlock, kLiveBlocks> live{};
+  const auto release_live = [&] {
+    for (LiveBlock& block : live) {
+      if (block.ptr == nullptr) continue;
+      try {
+        peer.deallocate(block.ptr, block.stream);
+      } catch (const std::exception&) {
+        // Already failing; the first error is the one reported.
+      }
+      block.ptr = nullptr;
+    }
+  };
+  try {
+    for (std::size_t i = 0; i < kLiveBlocks; ++i) {
+      live[i].stream = stream_for(i);
+      live[i].ptr = peer.allocate(sizes[i], live[i].stream);
+    }
+  } catch (const std::exception& error) {
+    fail(state, name, error);
+    release_live();
+    return;
+  }
+  std::size_t j = 0;
+  for (auto _ : state) {
+    try {
+      LiveBlock& oldest = live[j % kLiveBlocks];
+      peer.deallocate(oldest.ptr, oldest.stream);
+      oldest.ptr = nullptr;
+      oldest.stream = stream_for(j + kLiveBlocks);
+      oldest.ptr = peer.allocate(sizes[(j + kLiveBlocks) & (kPatternLength - 1)], oldest.stream);
+    } catch (const std::exception& error) {
+      fail(state, name, error);
+      break;
+    }
+    ++j;
+  }
+  release_live();
+  state.SetItemsProcessed(state.iterations());
+}
+
+template <class Peer>
+void growth_case(benchmark::State& state, const std::string& name, Peer& peer, std::size_t bytes,
+                 cudaStream_t stream) {
+  try {
+    peer.prepare_growth();
+  } catch (const std::exception& error) {
+    fail(state, name, error);
+    return;
+  }
+  double alloc_total_s = 0;
+  double alloc_min_s = 0;
+  std::int64_t samples = 0;
+  for (auto _ : state) {
+    try {
+      const GrowthSample sample = peer.grow_cold(bytes, stream);
+      alloc_total_s += sample.alloc_seconds;
+      alloc_min_s = samples == 0 ? sample.alloc_seconds : std::min(alloc_min_s, sample.alloc_seconds);
+      ++samples;
+    } catch (const std::exception& error) {
+      fail(state, name, error);
+      break;
+    }
+  }
+  try {
+    peer.finish_growth();
+  } catch (const std::exception& error) {
+    if (!state.error_occurred()) fail(state, name, error);
+  }
+  if (samples > 0) {
+    state.counters["alloc_ms"] = alloc_total_s * 1e3 / static_cast<double>(samples);
+    state.counters["alloc_ms_min"] = alloc_min_s * 1e3;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// ------------------------------------------------------------------------------ registration
+
+// One allocator's cases, registered as closures over the peer so the loop in main can register
+// case by case (all allocators' 512 B pairs, then 64 KiB, ...): neighbours in time are the
+// comparisons that matter.
+struct PeerCases {
+  std::string name;
+  std::function<void(const SizeCase&)> pair;
+  std::function<void()> mixed;
+  std::function<void()> streams;
+  std::function<void(const SizeCase&)> growth;  // empty: not in the growth list
+};
+
+template <class Peer>
+PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& streams,
+                    double min_time_s, int growth_iterations, bool warm_cases, bool growth) {
+  PeerCases cases;
+  cases.name = allocator;
+  Peer* p = &peer;
+  const Streams* s = &streams;
+  if (warm_cases) {
+    cases.pair = [=](const SizeCase& size) {
+      const std::string name = "BM_Pair/" + allocator + "/" + size.label;
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        pair_case(state, name, *p, size.bytes, s->at(0));
+      })->MinTime(min_time_s)->UseRealTime();
+    };
+    cases.mixed = [=] {
+      const std::string name = "BM_Mixed/" + allocator;
+      auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        ring_case(state, name, *p, *s, 0);
+      });
+      bm->MinTime(min_time_s)->UseRealTime();
+      for (int threads : kThreadCounts) bm->Threads(threads);
+    };
+    cases.streams = [=] {
+      const std::string name = "BM_Streams/" + allocator + "/" + std::to_string(kRoundRobinStreams);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        ring_case(state, name, *p, *s, kRoundRobinStreams);
+      })->MinTime(min_time_s)->UseRealTime();
+    };
+  }
+  if (growth) {
+    cases.growth = [=](const SizeCase& size) {
+      const std::string name = "BM_Growth/" + allocator + "/" + size.label;
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        growth_case(state, name, *p, size.bytes, kGrowthStream);
+      })->Iterations(growth_iterations)->UseRealTime()->Unit(benchmark::kMillisecond);
+    };
+  }
+  return cases;
+}
+
+// ------------------------------------------------------------------------------ main
+
+std::string device_description() {
+  cudaDeviceProp properties{};
+  int driver = 0;
+  int runtime = 0;
+  if (cudaGetDeviceProperties(&properties, kDevice) != cudaSuccess ||
+      cudaDriverGetVersion(&driver) != cudaSuccess || cudaRuntimeGetVersion(&runtime) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "device 0 (properties unavailable)";
+  }
+  return "device 0: " + std::string(properties.name) + ", " +
+         std::to_string(properties.totalGlobalMem >> 20) + " MiB; driver API " +
+         std::to_string(driver) + ", runtime " + std::to_string(runtime);
+}
+
+// Context lines: Google Benchmark prints them above the table and writes them into the JSON.
+void note(const std::string& key, const std::string& value) { benchmark::AddCustomContext(key, value); }
+
+// The command line: our flags, the rest for Google Benchmark.
+struct Options {
+  RunLengths lengths;
+  double simulated_capacity_gib = 0;  // > 0: the dry run on the simulated device
+};
+
+// Parses and removes our flags from argv; returns false (after printing why) on a bad value.
+bool take_our_flags(int* argc, char** argv, Options* options) {
+  constexpr std::string_view kCapacityFlag = "--simulated-capacity-gib=";
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      options->lengths = RunLengths{0.05, 0.01, 2};
+    } else if (arg == "--simulated") {
+      options->simulated_capacity_gib = 140;
+    } else if (arg.starts_with(kCapacityFlag)) {
+      const std::string value(arg.substr(kCapacityFlag.size()));
+      char* end = nullptr;
+      const double gib = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(gib > 0)) {
+        std::fprintf(stderr, "vramledger-bench-gpu-latency: %s needs a positive number of GiB, got '%s'\n",
+                     std::string(kCapacityFlag).c_str(), value.c_str());
+        return false;
+      }
+      options->simulated_capacity_gib = gib;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  return true;
+}
+
+void record_setup_failure(const std::string& allocator, const std::string& message) {
+  note("allocator " + allocator, "FAILED: " + message);
+  std::lock_guard<std::mutex> lock(g_failures_mutex);
+  g_failures.emplace(allocator + " (setup)", first_line(message));
+}
+
+// Registers all cases, case by case, runs them, then checks every vramledger ledger against its
+// allocator's census. Returns false when a ledger disagrees.
+bool run_all(std::vector<PeerCases>& all,
+             const std::vector<std::pair<std::string, VramledgerPeer*>>& ledgers) {
+  for (const SizeCase& size : kPairSizes) {
+    for (PeerCases& cases : all) if (cases.pair) cases.pair(size);
+  }
+  for (PeerCases& cases : all) if (cases.mixed) cases.mixed();
+  for (PeerCases& cases : all) if (cases.streams) cases.streams();
+  for (const SizeCase& size : kGrowthSizes) {
+    for (PeerCases& cases : all) if (cases.growth) cases.growth(size);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+
+  // The ledgers saw every event of the run: they must still agree with a recount of the blocks.
+  bool consistent = true;
+  for (const auto& [name, peer] : ledgers) {
+    const bool ok = peer->ledger_consistent();
+    std::printf("ledger vs census, %s: %s\n", name.c_str(), ok ? "consistent" : peer->check_ledger().c_str());
+    consistent = consistent && ok;
+  }
+  return consistent;
+}
+
+// Every allocator on GPU 0.
+bool run_on_gpu(const RunLengths& lengths) {
+  const auto streams = Streams::cuda();
+  std::vector<PeerCases> all;
+  std::vector<std::unique_ptr<VramledgerPeer>> vramledger_peers;
+  std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
+  for (const std::string backend : {"vmm", "cuda_malloc", "malloc_async"}) {
+    const std::string name = "vramledger-" + backend;
+    try {
+      vramledger_peers.push_back(VramledgerPeer::on_gpu(backend));
+    } catch (const Error& error) {
+      if (error.code() == ErrorCode::kNotSupported) {
+        note("allocator " + name, std::string("SKIPPED, not supported here: ") + error.what());
+      } else {
+        record_setup_failure(name, error.what());
+      }
+      continue;
+    }
+    VramledgerPeer& peer = *vramledger_peers.back();
+    note("allocator " + name, peer.describe());
+    // malloc_async is left out of the growth list: its pool is a second cache under the policy.
+    all.push_back(cases_for(name, peer, *streams, lengths.fast_min_time_s,
+                            lengths.growth_iterations, true, backend != "malloc_async"));
+    ledgers.emplace_back(name, &peer);
+  }
+
+  CudaMallocPeer cuda_malloc;
+  note("allocator cudaMalloc", "cudaMalloc + cudaFree (nothing cached)");
+  all.push_back(cases_for("cudaMalloc", cuda_malloc, *streams, lengths.cuda_malloc_min_time_s,
+                          lengths.growth_iterations, true, true));
+
+  std::unique_ptr<MallocAsyncPeer> malloc_async;
+  try {
+    malloc_async = std::make_unique<MallocAsyncPeer>();
+    note("allocator cudaMallocAsync",
+         "cudaMallocAsync + cudaFreeAsync, device default pool, release threshold UINT64_MAX");
+    all.push_back(cases_for("cudaMallocAsync", *malloc_async, *streams, lengths.fast_min_time_s,
+                            lengths.growth_iterations, true, true));
+  } catch (const PeerError& error) {
+    record_setup_failure("cudaMallocAsync", error.what());
+  }
+
+#ifdef VRAMLEDGER_BENCH_WITH_TORCH
+  std::unique_ptr<TorchNativePeer> torch_native;
+  std::unique_ptr<TorchNativePeer> torch_expandable;
+  try {
+    torch_native = std::make_unique<TorchNativePeer>(false);
+    torch_expandable = std::make_unique<TorchNativePeer>(true);
+    note("allocator torch-native", torch_native->describe());
+    note("allocator torch-expandable", torch_expandable->describe());
+    all.push_back(cases_for("torch-native", *torch_native, *streams, lengths.fast_min_time_s,
+                            lengths.growth_iterations, true, true));
+    all.push_back(cases_for("torch-expandable", *torch_expandable, *streams,
+                            lengths.fast_min_time_s, lengths.growth_iterations, false, true));
+  } catch (const PeerError& error) {
+    // Built against torch, so expected here: a failure, not a skip.
+    record_setup_failure("torch-native", error.what());
+  }
+#else
+  note("allocator torch-native", "not built (torch not found when configured)");
+#endif
+
+  return run_all(all, ledgers);
+}
+
+// The same cases through the policy on the simulated device: a CPU check of this binary (case
+// bodies, threads, names, failure reporting, ledger check). Not GPU figures.
+bool run_simulated(const RunLengths& lengths, double capacity_gib) {
+  g_simulated = true;
+  SimulatedDeviceOptions options;
+  options.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(kGiB));
+  options.supports_virtual_memory = true;
+  const auto device = std::make_shared<SimulatedDevice>(options);
+  note("device", "SIMULATED (dry run, not GPU figures): " + std::to_string(options.capacity_bytes) +
+                     " B, virtual memory on");
+  const auto streams = Streams::simulated(*device);
+  const VramledgerPeer::BackendFactory fresh_device = [options] {
+    return std::make_unique<SimulatedDevice>(options);
+  };
+  std::vector<PeerCases> all;
+  std::vector<std::unique_ptr<VramledgerPeer>> peers;
+  std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
+  for (const auto& [name, conf] : {std::pair<std::string, std::string>{"simulated-paged", "backend:simulated"},
+                                   {"simulated-segment", "backend:simulated,paged_heap:false"}}) {
+    peers.push_back(std::make_unique<VramledgerPeer>(conf, device, fresh_device));
+    note("allocator " + name, peers.back()->describe());
+    all.push_back(cases_for(name, *peers.back(), *streams, lengths.fast_min_time_s,
+                            lengths.growth_iterations, true, true));
+    ledgers.emplace_back(name, peers.back().get());
+  }
+  return run_all(all, ledgers);
+}
+
+int run(int argc, char** argv) {
+  Options options;
+  if (!take_our_flags(&argc, argv, &options)) return 2;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+
+  bool consistent = true;
+  if (options.simulated_capacity_gib > 0) {
+    consistent = run_simulated(options.lengths, options.simulated_capacity_gib);
+  } else {
+    const std::string no_gpu = cuda_device_unavailable_reason();
+    if (!no_gpu.empty()) {
+      std::printf("vramledger-bench-gpu-latency: SKIPPED, no usable CUDA device (%s); nothing measured\n",
+                  no_gpu.c_str());
+      return 0;
+    }
+    const cudaError_t error = cudaSetDevice(kDevice);
+    if (error != cudaSuccess) {
+      std::fprintf(stderr, "vramledger-bench-gpu-latency: cudaSetDevice(0) failed: %s\n",
+                   cudaGetErrorString(error));
+      return 1;
+    }
+    note("device", device_description());
+    // Everything holding device memory is destroyed inside, while the CUDA runtime is still up.
+    consistent = run_on_gpu(options.lengths);
+  }
+
+  int status = consistent ? 0 : 1;
+  if (!g_failures.empty()) {
+    std::printf("%zu case(s) FAILED:\n", g_failures.size());
+    for (const auto& [name, message] : g_failures) std::printf("  %s: %s\n", name.c_str(), message.c_str());
+    status = 1;
+  }
+  std::fflush(stdout);
+  benchmark::Shutdown();
+  return status;
+}
+
+}  // namespace
+}  // namespace vramledger::gpu_latency
+
+int main(int argc, char** argv) {
+  try {
+    return vramledger::gpu_latency::run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "vramledger-bench-gpu-latency: %s\n",
+                 vramledger::gpu_latency::first_line(error.what()).c_str());
+    return 1;
+  }
+}
