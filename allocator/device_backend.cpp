@@ -29,4 +29,6 @@ Status DeviceBackend::unmap_pages(DevicePtr, std::size_t, std::size_t) {
   return not_supported(*this, "unmap_pages");
 }
 
+Status DeviceBackend::grant_peer_access(int /*peer_device*/) { return Status::ok(); }
+
 }  // namespace vramledger

@@ -58,6 +58,12 @@ class DeviceBackend {
   // no device work still touches them.
   virtual Status unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count);
 
+  // --- Other GPUs. ---
+  // Lets `peer_device` read and write this backend's memory, all of it now and every mapping
+  // made later (copies and kernels between GPUs). Plain cudaMalloc memory needs nothing beyond
+  // cudaDeviceEnablePeerAccess, which the caller does: the default does nothing.
+  virtual Status grant_peer_access(int peer_device);
+
   // --- Streams and events. ---
   virtual Status create_event(EventHandle* out) = 0;
   virtual Status destroy_event(EventHandle event) = 0;

@@ -55,6 +55,11 @@ class DeviceAllocators {
   const BackendInfo& backend_info() const { return backend_->info(); }
   // Whether the default pool places blocks in the paged (VMM) heap.
   bool default_pool_is_paged() const { return paged_; }
+  // Whether the default pool's memory is plain cudaMalloc memory, which peer access (enabled by
+  // cudaDeviceEnablePeerAccess) covers; VMM pages and cudaMallocAsync pools it does not.
+  bool memory_is_peer_accessible() const {
+    return !paged_ && backend_->info().name != "malloc_async";
+  }
   // No CUDA behind it (tests): no capture-mode switching either.
   bool is_simulated() const { return backend_->info().name == "simulated"; }
   TorchHistory& history() { return history_; }

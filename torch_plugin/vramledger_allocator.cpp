@@ -739,26 +739,37 @@ void VramledgerAllocator::attachAllocatorTraceTracker(c10_alloc::AllocatorTraceT
 // ------------------------------------------------------------------------------ peers
 
 void VramledgerAllocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
-  const c10::cuda::CUDAGuard guard(dev);
-  const cudaError_t error = cudaDeviceEnablePeerAccess(dev_to_access, 0);
-  if (error == cudaErrorPeerAccessAlreadyEnabled) {
-    (void)cudaGetLastError();  // already enabled is fine; clear the sticky error
-    return;
+  {
+    const c10::cuda::CUDAGuard guard(dev);
+    const cudaError_t error = cudaDeviceEnablePeerAccess(dev_to_access, 0);
+    if (error == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError();  // already enabled is fine; clear the sticky error
+    } else {
+      C10_CUDA_CHECK(error);
+    }
   }
-  C10_CUDA_CHECK(error);
+  // That covers cudaMalloc memory only: our VMM pages and cudaMallocAsync pools on dev_to_access
+  // must grant dev access themselves (kernels on dev read tensors of dev_to_access directly).
+  DeviceAllocators& target = device_state(dev_to_access);
+  const c10::cuda::CUDAGuard guard(dev_to_access);
+  if (Status status = target.backend().grant_peer_access(dev); !status.is_ok()) {
+    TORCH_CHECK(false, "vramledger: letting device ", static_cast<int>(dev), " access device ",
+                static_cast<int>(dev_to_access), "'s memory: ", status.message());
+  }
 }
 
 cudaError_t VramledgerAllocator::memcpyAsync(void* dst, int dst_device, const void* src,
                                              int src_device, std::size_t count,
                                              cudaStream_t stream, bool p2p_enabled) {
   // Peer access only covers cudaMalloc memory: pages we map ourselves (vmm) are accessible to
-  // their own device alone, so across devices the driver must stage the copy.
-  const auto paged = [this](int device) {
+  // their own device alone, and so is cudaMallocAsync pool memory (unless the pool's access is
+  // widened), so across devices the driver must stage the copy.
+  const auto peer_accessible = [this](int device) {
     DeviceAllocators* state = device_if_created(static_cast<c10::DeviceIndex>(device));
-    return state != nullptr && state->default_pool_is_paged();
+    return state == nullptr || state->memory_is_peer_accessible();
   };
   if (dst_device == src_device ||
-      (p2p_enabled && !paged(dst_device) && !paged(src_device))) {
+      (p2p_enabled && peer_accessible(dst_device) && peer_accessible(src_device))) {
     return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
   }
   return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, stream);

@@ -84,6 +84,15 @@ Status MallocAsyncBackend::free_segment(DevicePtr ptr, std::size_t bytes, Stream
       HandleRole::kStream);
 }
 
+Status MallocAsyncBackend::grant_peer_access(int peer_device) {
+  cudaMemAccessDesc desc{};
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = peer_device;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  return runtime_status(cudaMemPoolSetAccess(pool_, &desc, 1), "cudaMemPoolSetAccess",
+                        "peer device=" + std::to_string(peer_device) + ", flags=ReadWrite");
+}
+
 Status MallocAsyncBackend::trim(std::size_t keep_bytes) {
   return runtime_status(cudaMemPoolTrimTo(pool_, keep_bytes), "cudaMemPoolTrimTo",
                         "keep=" + describe_bytes(keep_bytes));

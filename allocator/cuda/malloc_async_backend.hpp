@@ -34,6 +34,8 @@ class MallocAsyncBackend final : public CudaRuntimeBackend {
   // Releases pool memory not in use down to `keep_bytes` (cudaMemPoolTrimTo). Frees queued on a
   // stream count only once that stream reached them: synchronise first to release everything.
   Status trim(std::size_t keep_bytes = 0);
+  // cudaMemPoolSetAccess: pool memory is not covered by cudaDeviceEnablePeerAccess.
+  Status grant_peer_access(int peer_device) override;
   // Physical bytes the pool holds from the driver / hands out (cudaMemPoolAttr*MemCurrent).
   Status reserved_bytes(std::uint64_t* out) const;
   Status used_bytes(std::uint64_t* out) const;

@@ -31,6 +31,7 @@ VmmBackend::VmmBackend(int device, UnmapMode unmap_mode) : CudaRuntimeBackend(de
                 context + ": the driver reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_"
                           "SUPPORTED = 0");
   }
+  access_.push_back(props_.access);
   mutable_info().granularity = props_.granularity;
   mutable_info().supports_virtual_memory = true;
   mutable_info().stream_ordered_segments = false;
@@ -97,10 +98,21 @@ Status VmmBackend::free_address_range(DevicePtr base, std::size_t bytes) {
                       [&] { return "va=" + describe_address(base) + ", bytes=" + describe_bytes(bytes); });
 }
 
+Status VmmBackend::set_access_locked(DevicePtr va, std::size_t bytes) const {
+  return check_driver(
+      driver().mem_set_access(static_cast<CUdeviceptr>(va), bytes, access_.data(), access_.size()),
+      "cuMemSetAccess", [&] {
+        return "va=" + describe_address(va) + ", bytes=" + describe_bytes(bytes) +
+               ", flags=PROT_READWRITE, devices=" + std::to_string(access_.size()) +
+               " (this one first)";
+      });
+}
+
 Status VmmBackend::map_pages(DevicePtr va, std::size_t page_bytes,
                              std::span<const PhysicalHandle> handles) {
   if (handles.empty()) return Status::ok();
   const DriverApi& api = driver();
+  const std::lock_guard lock(access_mutex_);
   for (std::size_t i = 0; i < handles.size(); ++i) {
     const CUdeviceptr at = static_cast<CUdeviceptr>(va + i * page_bytes);
     Status status = check_driver(api.mem_map(at, page_bytes, 0, handles[i], 0), "cuMemMap", [&] {
@@ -114,22 +126,53 @@ Status VmmBackend::map_pages(DevicePtr va, std::size_t page_bytes,
     }
   }
   const std::size_t run_bytes = handles.size() * page_bytes;
-  Status status = check_driver(
-      api.mem_set_access(static_cast<CUdeviceptr>(va), run_bytes, &props_.access, 1),
-      "cuMemSetAccess", [&] {
-        return page_args(va, page_bytes, handles.size()) + ", flags=PROT_READWRITE, device=" +
-               std::to_string(device());
-      });
-  if (!status.is_ok()) (void)unmap_each(va, page_bytes, handles.size());
+  Status status = set_access_locked(va, run_bytes);
+  if (!status.is_ok()) {
+    (void)unmap_each(va, page_bytes, handles.size());
+    return status;
+  }
+  for (std::size_t i = 0; i < handles.size(); ++i) mappings_[va + i * page_bytes] = page_bytes;
   return status;
+}
+
+Status VmmBackend::grant_peer_access(int peer_device) {
+  const std::lock_guard lock(access_mutex_);
+  for (const CUmemAccessDesc& desc : access_) {
+    if (desc.location.id == peer_device) return Status::ok();
+  }
+  CUmemAccessDesc peer = props_.access;
+  peer.location.id = peer_device;
+  access_.push_back(peer);
+  // Contiguous mappings share one call.
+  auto it = mappings_.begin();
+  while (it != mappings_.end()) {
+    const DevicePtr start = it->first;
+    DevicePtr end = it->first + it->second;
+    for (++it; it != mappings_.end() && it->first == end; ++it) end += it->second;
+    Status status = set_access_locked(start, end - start);
+    if (!status.is_ok()) {
+      access_.pop_back();
+      return status;
+    }
+  }
+  return Status::ok();
 }
 
 Status VmmBackend::unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count) {
   if (count == 0) return Status::ok();
-  if (!batched_unmap_ || count == 1) return unmap_each(va, page_bytes, count);
-  return check_driver(driver().mem_unmap(static_cast<CUdeviceptr>(va), count * page_bytes),
-                      "cuMemUnmap",
-                      [&] { return page_args(va, page_bytes, count) + " (one call for the run)"; });
+  const std::lock_guard lock(access_mutex_);
+  Status status;
+  if (!batched_unmap_ || count == 1) {
+    status = unmap_each(va, page_bytes, count);
+  } else {
+    status = check_driver(
+        driver().mem_unmap(static_cast<CUdeviceptr>(va), count * page_bytes), "cuMemUnmap",
+        [&] { return page_args(va, page_bytes, count) + " (one call for the run)"; });
+  }
+  if (status.is_ok()) {
+    mappings_.erase(mappings_.lower_bound(va), mappings_.lower_bound(va + count * page_bytes));
+  }
+  return status;
 }
 
 Status VmmBackend::unmap_each(DevicePtr va, std::size_t page_bytes, std::size_t count) {
@@ -174,6 +217,8 @@ Status VmmBackend::probe_batched_unmap(bool* legal) {
     }
     // Whatever happened, leave both pages unmapped (an error for an unmapped page is harmless).
     (void)unmap_each(va, page, 2);
+    const std::lock_guard lock(access_mutex_);
+    mappings_.erase(mappings_.lower_bound(va), mappings_.lower_bound(va + 2 * page));
   }
   for (int i = 0; i < created; ++i) (void)release_physical(handles[i]);
   (void)free_address_range(va, 2 * page);

@@ -7,6 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <mutex>
+#include <vector>
 
 #include "allocator/cuda/cuda_runtime_backend.hpp"
 #include "allocator/cuda/vmm_properties.hpp"
@@ -50,6 +53,11 @@ class VmmBackend final : public CudaRuntimeBackend {
   bool batched_unmap() const { return batched_unmap_; }
   const VmmProperties& properties() const { return props_; }
 
+  // Sets read/write access for `peer_device` on every page mapped now, and includes it in the
+  // access of every later mapping. Idempotent. Costs one cuMemSetAccess per run of contiguous
+  // mappings.
+  Status grant_peer_access(int peer_device) override;
+
   // Maps two pages separately, unmaps them with one cuMemUnmap, then checks that both virtual
   // pages are really free by mapping them again. *legal is false when the driver refuses the
   // batched call or leaves a page mapped. Holds 2 pages of memory for the duration.
@@ -58,8 +66,14 @@ class VmmBackend final : public CudaRuntimeBackend {
  private:
   Status unmap_each(DevicePtr va, std::size_t page_bytes, std::size_t count);
 
+  Status set_access_locked(DevicePtr va, std::size_t bytes) const;
+
   VmmProperties props_;
   bool batched_unmap_ = false;
+  // Guards the two below: a peer granted access while a run is being mapped must see it.
+  mutable std::mutex access_mutex_;
+  std::vector<CUmemAccessDesc> access_;          // this device first, then granted peers
+  std::map<DevicePtr, std::size_t> mappings_;    // every live mapping: address -> bytes
 };
 
 }  // namespace vramledger

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -333,6 +334,83 @@ TEST_P(BackendTest, RemappedPagesKeepTheirData) {
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(a, kPages * page));
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(b, kPages * page));
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(c, page));
+  }
+}
+
+// Makes `device` current for the scope (kernels for it must be launched while it is current).
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) { (void)cudaSetDevice(device); }
+  ~CurrentDevice() { (void)cudaSetDevice(kDevice); }
+};
+
+// A kernel on a second GPU reads memory this backend holds on the first once access is granted
+// (what torch's enablePeerAccess asks of us): mappings made before the grant and after it.
+TEST_P(BackendTest, PeerDeviceReadsGrantedMemory) {
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  if (count < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << count;
+  int can_access = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&can_access, 1, kDevice), cudaSuccess);
+  if (can_access == 0) GTEST_SKIP() << "device 1 cannot access device 0 (no P2P)";
+  {
+    CurrentDevice peer(1);
+    const cudaError_t enabled = cudaDeviceEnablePeerAccess(kDevice, 0);
+    if (enabled == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else ASSERT_EQ(enabled, cudaSuccess) << cudaGetErrorString(enabled);
+  }
+  const std::size_t bytes = 4 * granularity();
+  const bool vmm = backend().info().supports_virtual_memory;
+  std::vector<PhysicalHandle> handles;
+  std::vector<DevicePtr> ranges;
+  auto allocate = [&](DevicePtr* out) {
+    if (!vmm) {
+      VRAMLEDGER_ASSERT_OK(backend().allocate_segment(bytes, 0, out));
+      return;
+    }
+    // Two chunks of two pages each: a run of separate mappings, as the paged heap makes.
+    VRAMLEDGER_ASSERT_OK(backend().reserve_address_range(bytes, out));
+    ranges.push_back(*out);
+    for (int i = 0; i < 2; ++i) {
+      PhysicalHandle handle = 0;
+      VRAMLEDGER_ASSERT_OK(backend().create_physical(bytes / 2, &handle));
+      handles.push_back(handle);
+      VRAMLEDGER_ASSERT_OK(backend().map_pages(*out + i * (bytes / 2), bytes / 2,
+                                               std::span<const PhysicalHandle>(&handle, 1)));
+    }
+  };
+  TestStream stream;
+  DevicePtr before = 0;
+  DevicePtr after = 0;
+  ASSERT_NO_FATAL_FAILURE(allocate(&before));
+  VRAMLEDGER_ASSERT_OK(backend().grant_peer_access(1));
+  VRAMLEDGER_ASSERT_OK(backend().grant_peer_access(1));  // idempotent
+  ASSERT_NO_FATAL_FAILURE(allocate(&after));
+  VRAMLEDGER_ASSERT_OK(fill_pattern(before, bytes, 21, stream.handle()));
+  VRAMLEDGER_ASSERT_OK(fill_pattern(after, bytes, 22, stream.handle()));
+  VRAMLEDGER_ASSERT_OK(stream.synchronize());
+  std::vector<std::uint64_t> wrong;
+  {
+    CurrentDevice peer(1);
+    TestStream peer_stream;
+    MismatchCounters counters(2);
+    VRAMLEDGER_ASSERT_OK(count_mismatches(before, bytes, 21, peer_stream.handle(), counters.at(0)));
+    VRAMLEDGER_ASSERT_OK(count_mismatches(after, bytes, 22, peer_stream.handle(), counters.at(1)));
+    VRAMLEDGER_ASSERT_OK(peer_stream.synchronize());
+    VRAMLEDGER_ASSERT_OK(counters.read(&wrong));
+  }
+  ASSERT_EQ(wrong.size(), 2u);
+  EXPECT_EQ(wrong[0], 0u) << "memory mapped before the grant, read from device 1";
+  EXPECT_EQ(wrong[1], 0u) << "memory mapped after the grant, read from device 1";
+  if (vmm) {
+    for (DevicePtr range : ranges) {
+      VRAMLEDGER_ASSERT_OK(backend().unmap_pages(range, bytes / 2, 2));
+      VRAMLEDGER_ASSERT_OK(backend().free_address_range(range, bytes));
+    }
+    for (PhysicalHandle handle : handles) VRAMLEDGER_ASSERT_OK(backend().release_physical(handle));
+  } else {
+    VRAMLEDGER_ASSERT_OK(backend().free_segment(before, bytes, 0));
+    VRAMLEDGER_ASSERT_OK(backend().free_segment(after, bytes, 0));
   }
 }
 

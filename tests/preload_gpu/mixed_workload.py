@@ -410,8 +410,11 @@ def accounting_checks(torch, vramledger, shim, nvml, checks: Checks, figures: di
                report["remainder"]["bytes"] >= 0 and report["missing_hook"] is None,
                f"remainder {report['remainder']['bytes']}, missing_hook {report['missing_hook']}")
     names = [line["name"] for line in report["lines"] if line["kind"] == "non_torch"]
+    # Lines are named "non-torch: <library>": the library part must not be ours or torch's.
+    libraries = [n.split(":", 1)[-1].strip() for n in names]
     checks.add(f"{label}: no torch/vramledger in the report's non-torch lines",
-               not any("vramledger" in n or "torch" in n for n in names), f"lines {names}")
+               not any(lib in ("torch", "vramledger") or "vramledger" in lib
+                       for lib in libraries), f"lines {names}")
     if expect_shim:
         by_library = report["non_torch"]["by_library"]
         checks.add(f"{label}: report's library lines = shim's non-torch total",

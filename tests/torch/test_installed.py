@@ -271,6 +271,10 @@ def test_two_gpus_are_accounted_separately():
     a = torch.randn(1024, 1024, device="cuda:0")
     b = torch.empty(3 * MiB + 7, dtype=torch.uint8, device="cuda:1")
     product_on_1 = (a.to("cuda:1") @ a.to("cuda:1")).sum()
+    # Strided: torch copies with a kernel that reads the other GPU's memory directly, which needs
+    # the peer access vramledger grants on its own pages and pools.
+    transposed = a.t().to("cuda:1")
+    torch.testing.assert_close(transposed.cpu(), a.t().cpu())
     product_on_0 = (a @ a).sum()
     torch.testing.assert_close(product_on_1.cpu(), product_on_0.cpu())
     for device in (0, 1):
@@ -281,7 +285,7 @@ def test_two_gpus_are_accounted_separately():
             assert theirs[key] == ours[key], (device, key)
     grown = [vramledger.stats(d)["allocated_bytes"]["all"]["current"] - before[d] for d in (0, 1)]
     assert grown[0] >= 4 * MiB and grown[1] >= 3 * MiB + 7
-    del a, b, product_on_0, product_on_1
+    del a, b, product_on_0, product_on_1, transposed
     _settle()
     for device in (0, 1):
         with torch.cuda.device(device):
