@@ -534,6 +534,8 @@ class CachingAllocator::Impl {
     rest->address = block->address + size;
     rest->size = block->size - size;
     rest->range = block->range;
+    // A free remainder is as busy as the block was: work queued before its free may still use it.
+    rest->freed_at_fence = block->freed_at_fence;
     rest->prev = block;
     rest->next = block->next;
     if (block->next != nullptr) block->next->prev = rest;

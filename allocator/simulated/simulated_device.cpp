@@ -163,6 +163,26 @@ Status SimulatedDevice::synchronize_device() {
   return Status::ok();
 }
 
+// --- Work the test stands for ---
+
+EventHandle SimulatedDevice::enqueue_user_work(StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  const EventHandle token = timeline_.create_event();
+  if (!timeline_.record_event(token, stream)) {
+    (void)timeline_.destroy_event(token);
+    return 0;
+  }
+  return token;
+}
+
+bool SimulatedDevice::user_work_done(EventHandle token) {
+  std::lock_guard lock(mutex_);
+  EventState state = EventState::kComplete;
+  if (timeline_.query_event(token, &state) && state == EventState::kPending) return false;
+  (void)timeline_.destroy_event(token);
+  return true;
+}
+
 // --- Streams ---
 
 StreamHandle SimulatedDevice::create_stream() {

@@ -73,6 +73,13 @@ class SimulatedDevice : public DeviceBackend {
   Status resume_stream(StreamHandle stream);
   bool is_stream_live(StreamHandle stream) const;
 
+  // --- Work the test stands for (no call counted, no fault injected) ---
+  // Enqueues an item on `stream`, standing for a kernel the user launched there, and returns a
+  // token for it (0 when the stream is unknown). With the stream paused, it stays pending.
+  EventHandle enqueue_user_work(StreamHandle stream);
+  // Whether that work has completed; the token is forgotten once it has.
+  bool user_work_done(EventHandle token);
+
   // --- Queries for tests ---
   const SimulatedDeviceOptions& options() const { return options_; }
   std::size_t physical_bytes_in_use() const;

@@ -506,5 +506,25 @@ TEST_F(PagedHeapTest, PagesOfAPausedStreamAreNotStolenWhileInUse) {
   allocator_.deallocate(r);
 }
 
+// The part of a freed block that a later allocation does not take is as busy as the whole was:
+// splitting must not make it look idle (found on the H200: a Llama training step read pages
+// that had been re-mapped elsewhere).
+TEST_F(PagedHeapTest, WhatIsSplitOffAFreedBlockStaysBusyUntilItsStreamIsDone) {
+  const StreamHandle busy = device_.create_stream();
+  const StreamHandle other = device_.create_stream();
+  const DevicePtr p = allocator_.allocate(16 * kMiB, busy);
+  ASSERT_TRUE(device_.pause_stream(busy));
+  allocator_.deallocate(p);
+  const DevicePtr front = allocator_.allocate(2 * kMiB, busy);  // splits the freed block
+  EXPECT_EQ(front, p);
+  const std::int64_t before = reserved();
+  const DevicePtr q = allocator_.allocate(8 * kMiB, other);
+  EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
+      << "pages of the split-off remainder were taken while its stream may still use them";
+  ASSERT_TRUE(device_.resume_stream(busy));
+  allocator_.deallocate(front);
+  allocator_.deallocate(q);
+}
+
 }  // namespace
 }  // namespace vramledger

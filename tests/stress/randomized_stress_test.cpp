@@ -187,6 +187,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
       case Op::kFree: {
         if (model_.empty()) return std::nullopt;
         const DevicePtr ptr = model_.nth(uniform(model_.size()));
+        const LiveBlock freed = model_.blocks().at(ptr);
         record.address = ptr;
         record.outcome = attempt([&] { allocator_->deallocate(ptr); });
         // Strong guarantee: a failed free (an injected record_event fault) leaves it allocated.
@@ -194,6 +195,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         if (record.outcome == "ok") {
           if (still_owned) return concat("freed block ", hex(ptr), " is still owned");
           model_.erase(ptr);
+          note_work_still_using(ptr, freed);
         } else if (!still_owned) {
           return concat("free of ", hex(ptr), " failed but the block is gone: ", record.outcome);
         }
@@ -285,6 +287,33 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
            device_.call_count(SimOp::kFreeAddress);
   }
 
+  // Paged heap: a block freed while its stream is paused may still be read by the user's work
+  // queued there (a token stands for it); its pages must stay mapped until that work is done,
+  // however the allocator splits, merges or reuses the freed bytes. (The segment heap returns
+  // segments with cudaFree, which waits for the device itself.)
+  void note_work_still_using(DevicePtr address, const LiveBlock& block) {
+    if (GetParam() != Heap::kPaged) return;
+    const EventHandle token = device_.enqueue_user_work(block.stream);
+    if (token == 0 || device_.user_work_done(token)) return;
+    in_flight_.push_back({address, block.size, token});
+  }
+  std::optional<std::string> check_in_flight() {
+    for (std::size_t i = 0; i < in_flight_.size();) {
+      const InFlight& work = in_flight_[i];
+      if (device_.user_work_done(work.token)) {
+        in_flight_[i] = in_flight_.back();
+        in_flight_.pop_back();
+        continue;
+      }
+      if (!device_.is_range_accessible(work.address, work.size)) {
+        return concat("freed block ", hex(work.address), " (", work.size,
+                      " B) lost its pages while work queued before its free may still use them");
+      }
+      ++i;
+    }
+    return std::nullopt;
+  }
+
   std::optional<std::string> check_accessible(DevicePtr address, const LiveBlock& block) const {
     if (device_.is_range_accessible(address, block.size)) return std::nullopt;
     return concat("live block [", hex(address), ", +", block.size,
@@ -326,6 +355,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
     if (removals != removals_at_last_scan_) {
       removals_at_last_scan_ = removals;
       ++full_access_scans_;
+      if (auto problem = check_in_flight()) return problem;
       for (const auto& [address, block] : model_.blocks()) {
         if (auto problem = check_accessible(address, block)) return problem;
       }
@@ -398,6 +428,12 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   ReferenceModel model_;
   std::vector<StreamHandle> streams_;
   std::vector<bool> paused_;
+  struct InFlight {
+    DevicePtr address;
+    std::size_t size;
+    EventHandle token;
+  };
+  std::vector<InFlight> in_flight_;
   std::vector<TagId> tags_;
   std::optional<TagScope> tag_scope_;
   std::deque<StepRecord> recent_;
