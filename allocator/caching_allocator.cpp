@@ -15,6 +15,7 @@
 #include "allocator/block_address_map.hpp"
 #include "allocator/free_block_index.hpp"
 #include "allocator/object_pool.hpp"
+#include "allocator/spin_mutex.hpp"
 
 namespace vramledger {
 
@@ -1374,7 +1375,7 @@ class CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- state
 
-  mutable std::mutex mutex_;
+  mutable SpinMutex mutex_;  // see spin_mutex.hpp: std::mutex collapsed under 4+ threads
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;

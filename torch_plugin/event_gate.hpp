@@ -12,6 +12,7 @@
 #include <string>
 
 #include "allocator/allocator_events.hpp"
+#include "allocator/spin_mutex.hpp"
 #include "torch_plugin/torch_history.hpp"
 
 namespace vramledger::torch_plugin {
@@ -21,19 +22,19 @@ class EventGate {
   EventGate(AllocatorObserver& ledger, TorchHistory& history) : ledger_(ledger), history_(history) {}
 
   void on_event(const AllocatorEvent& event, c10::MempoolId_t pool_id) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(mutex_);
     ledger_.on_event(event);
     history_.on_event(event, pool_id);
   }
   std::string describe() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(mutex_);
     return ledger_.describe();
   }
   // Held while reading or resetting the ledger.
-  std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(mutex_); }
+  std::unique_lock<SpinMutex> lock() const { return std::unique_lock<SpinMutex>(mutex_); }
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinMutex mutex_;
   AllocatorObserver& ledger_;
   TorchHistory& history_;
 };

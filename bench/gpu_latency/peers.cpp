@@ -37,7 +37,7 @@ void throw_cuda(cudaError_t error, const char* call, std::size_t bytes) {
 // --------------------------------------------------------------------------- GatedLedger
 
 std::string GatedLedger::describe() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   return ledger_.describe();
 }
 
@@ -45,13 +45,13 @@ std::string GatedLedger::check_against(const CachingAllocator& allocator) const 
   // The census is taken with nothing allocating (between benchmarks), so the two agree only if
   // every event reached the ledger.
   const BlockCensus census = allocator.census();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   return check_consistency(ledger_, census).to_string();
 }
 
 bool GatedLedger::consistent_with(const CachingAllocator& allocator) const {
   const BlockCensus census = allocator.census();
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinMutex> lock(mutex_);
   return check_consistency(ledger_, census).ok();
 }
 

@@ -23,6 +23,7 @@
 
 #include "accounting/ledger.hpp"
 #include "allocator/caching_allocator.hpp"
+#include "allocator/spin_mutex.hpp"
 #include "allocator/config.hpp"
 #include "allocator/device_backend.hpp"
 
@@ -52,7 +53,7 @@ struct GrowthSample {
 class GatedLedger final : public AllocatorObserver {
  public:
   void on_event(const AllocatorEvent& event) noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinMutex> lock(mutex_);
     ledger_.on_event(event);
   }
   std::string describe() const override;
@@ -61,7 +62,7 @@ class GatedLedger final : public AllocatorObserver {
   bool consistent_with(const CachingAllocator& allocator) const;
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinMutex mutex_;  // as the plugin's EventGate
   Ledger ledger_;
 };
 
