@@ -18,6 +18,7 @@ Allocators:
   expandable              PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   malloc_async            PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   vramledger              vramledger.install("backend:vmm") before any CUDA allocation
+  vramledger-pages        the same, page by page (map_chunk_mb:2): the packing chunks trade away
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:
@@ -92,6 +93,8 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               expected_backend="cudaMallocAsync"),
     Allocator("vramledger", 'vramledger.install("backend:vmm")', vramledger_conf="backend:vmm",
               expected_backend="vramledger"),
+    Allocator("vramledger-pages", 'vramledger.install("backend:vmm,map_chunk_mb:2")',
+              vramledger_conf="backend:vmm,map_chunk_mb:2", expected_backend="vramledger"),
     Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
               vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
 ]}

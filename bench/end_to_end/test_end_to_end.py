@@ -231,7 +231,7 @@ def test_all_identical(tmp_path, fake_python):
     done = run_script("compare_allocators.py", fake_python, out, "--commit", "abc123")
     assert done.returncode == 0, done.stdout + done.stderr
     doc = load(out)
-    assert len(doc["runs"]) == 20 and all(r["status"] == "ok" for r in doc["runs"])
+    assert len(doc["runs"]) == 24 and all(r["status"] == "ok" for r in doc["runs"])
     assert all(c["identical"] is True for c in doc["comparisons"])
     assert doc["meta"]["commit"] == "abc123"
     # malloc_async counts no requested bytes: its ratio is against native's requested peak.
@@ -248,10 +248,12 @@ def test_all_identical(tmp_path, fake_python):
     svg = ET.fromstring((out / "compare_allocators.svg").read_text())
     bars = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect") if e.find(
         "{http://www.w3.org/2000/svg}title") is not None]
-    assert len(bars) == 3 * 20                  # three panels, every run
+    assert len(bars) == 3 * 24                  # three panels, every run
     summary = done.stdout.strip().splitlines()[-1]
-    assert summary == ("SUMMARY 20/20 runs ok; vramledger: identical to native 4/4, peak "
-                       "reserved vs native -15.0%, median step +0.0%; vramledger-cuda_malloc: "
+    assert summary == ("SUMMARY 24/24 runs ok; vramledger: identical to native 4/4, peak "
+                       "reserved vs native -15.0%, median step +0.0%; vramledger-pages: "
+                       "identical to native 4/4, peak reserved vs native -15.0%, median step "
+                       "+0.0%; vramledger-cuda_malloc: "
                        "identical to native 4/4, peak reserved vs native -15.0%, median step "
                        "+0.0%")
     assert (out / "logs" / "gpt2_train.native.log").exists()
