@@ -38,6 +38,9 @@ struct AllocatorOptions {
   std::size_t map_chunk_bytes = std::size_t{64} << 20;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
+  // Segment heap: never split a block, so every allocation owns a whole segment sized to it
+  // (torch.cuda.MemPool(no_split=True), e.g. for memory NCCL registers segment by segment).
+  bool no_split = false;
   // Use the paged heap when the backend supports virtual memory.
   bool use_paged_heap = true;
 };

@@ -291,6 +291,10 @@ class CachingAllocator::Impl {
     std::lock_guard lock(mutex_);
     cap_ = cap;
   }
+  void set_no_split(bool no_split) {
+    std::lock_guard lock(mutex_);
+    options_.no_split = no_split;
+  }
   std::size_t cap() const {
     std::lock_guard lock(mutex_);
     return cap_;
@@ -486,7 +490,7 @@ class CachingAllocator::Impl {
     const std::size_t remainder = block->size - size;
     const std::size_t min_remainder =
         pool == PoolKind::kSmall ? options_.round_bytes : options_.small_size_limit + 1;
-    if (remainder >= min_remainder) {
+    if (remainder >= min_remainder && !options_.no_split) {
       Block* rest = split_front(block, size);
       index.insert(rest);
       refresh_inactive_split(rest);
@@ -495,6 +499,7 @@ class CachingAllocator::Impl {
   }
 
   std::size_t segment_size_for(PoolKind pool, std::size_t size) const {
+    if (options_.no_split) return round_up(size, options_.round_large_segment_bytes);
     if (pool == PoolKind::kSmall) return std::max(options_.small_segment_bytes, size);
     if (size < options_.large_segment_bytes / 2) return options_.large_segment_bytes;
     return round_up(size, options_.round_large_segment_bytes);
@@ -1419,6 +1424,7 @@ void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {
 void CachingAllocator::empty_cache() { impl_->empty_cache(); }
 void CachingAllocator::process_completed_frees() { impl_->process_completed_frees(); }
 void CachingAllocator::set_cap(std::size_t cap_bytes) { impl_->set_cap(cap_bytes); }
+void CachingAllocator::set_no_split(bool no_split) { impl_->set_no_split(no_split); }
 std::size_t CachingAllocator::cap() const { return impl_->cap(); }
 bool CachingAllocator::owns(DevicePtr ptr) const { return impl_->owns(ptr); }
 AllocationInfo CachingAllocator::describe(DevicePtr ptr) const { return impl_->describe(ptr); }

@@ -111,6 +111,8 @@ class CachingAllocator {
   void process_completed_frees();
 
   void set_cap(std::size_t cap_bytes);  // 0 = no cap
+  // AllocatorOptions::no_split from now on (blocks already split stay as they are).
+  void set_no_split(bool no_split);
   std::size_t cap() const;
 
   // Queries.

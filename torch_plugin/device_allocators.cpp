@@ -135,6 +135,7 @@ void DeviceAllocators::create_or_incref_pool_locked(
   DeviceBackend& segments = pool_segment_backend_ ? *pool_segment_backend_ : *backend_;
   AllocatorOptions options = config_.options;
   options.cap_bytes = cap_bytes_;
+  options.no_split = no_split_pools_.erase(id) > 0;
   auto pool = std::make_unique<MemoryPool>(id, segments, *backend_, std::move(foreign), gate_,
                                            options);
   pool->use_count = 1;
@@ -223,6 +224,18 @@ void DeviceAllocators::set_use_on_oom(c10::MempoolId_t id, bool use_on_oom) {
     return;  // torch clears the flag on pools it is about to release
   }
   it->second->use_on_oom = use_on_oom;
+}
+
+void DeviceAllocators::set_no_split(c10::MempoolId_t id) {
+  TORCH_CHECK(id.first != 0 || id.second != 0,
+              "vramledger: setNoSplit: (0, 0) names the default pool, not a private one");
+  std::lock_guard<std::mutex> lock(pools_mutex_);
+  auto it = private_pools_.find(id);
+  if (it == private_pools_.end()) {
+    no_split_pools_.insert(id);
+    return;
+  }
+  it->second->policy().set_no_split(true);
 }
 
 void DeviceAllocators::empty_cache(c10::MempoolId_t id) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +83,9 @@ class DeviceAllocators {
   void release_pool(c10::MempoolId_t id);
   int pool_use_count(c10::MempoolId_t id);
   void set_use_on_oom(c10::MempoolId_t id, bool use_on_oom);
+  // MemPool(no_split=True): the pool's blocks are never split. Torch may say it before or after
+  // creating the pool.
+  void set_no_split(c10::MempoolId_t id);
   bool captures_underway() const { return route_count_.load(std::memory_order_acquire) > 0; }
   bool has_retired_pools() const;
 
@@ -143,6 +147,7 @@ class DeviceAllocators {
   std::vector<Route> routes_;
   std::atomic<int> route_count_{0};
   std::vector<void*> deferred_frees_;
+  std::set<c10::MempoolId_t> no_split_pools_;  // said before the pool existed
   std::size_t cap_bytes_ = 0;
 };
 

@@ -540,11 +540,8 @@ void VramledgerAllocator::setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t 
   state->set_use_on_oom(mempool_id, use_on_oom);
 }
 
-void VramledgerAllocator::setNoSplit(c10::DeviceIndex /*device*/, c10::MempoolId_t /*id*/) {
-  TORCH_CHECK(false,
-              "vramledger does not support MemPool(no_split=True): its policy always places "
-              "several blocks in one segment. Create the pool without no_split, or use "
-              "PyTorch's native allocator for this program.");
+void VramledgerAllocator::setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) {
+  device_state(device).set_no_split(mempool_id);
 }
 
 bool VramledgerAllocator::checkPoolLiveAllocations(

@@ -224,9 +224,12 @@ TEST(TorchPlugin, StatsOfAnUnusedDeviceAreZero) {
 }
 
 TEST(TorchPlugin, HistoryAndTraceTrackers) {
-  std::atomic<int> tracked{0};
+  // Trackers cannot be detached (as in torch): the counter must outlive the test, or later
+  // tests' events write into a dead stack frame.
+  static std::atomic<int> tracked{0};
+  tracked.store(0);
   plugin().attachAllocatorTraceTracker(
-      [&tracked](const c10_alloc::TraceEntry&) { tracked.fetch_add(1); });
+      [](const c10_alloc::TraceEntry&) { tracked.fetch_add(1); });
   plugin().recordHistory(true, nullptr, 1000, c10_alloc::RecordContext::STATE, true, {});
   EXPECT_TRUE(plugin().isHistoryEnabled());
   void* p = alloc(5000);
@@ -293,8 +296,37 @@ TEST(TorchPlugin, IpcNoSplitAndUnknownPoolsAreClearlyRefused) {
   }
   EXPECT_THROW(plugin().getIpcDevPtr("x"), c10::Error);
   EXPECT_THROW(plugin().getCheckpointState(0, {1, 0}), c10::Error) << "no such pool";
-  EXPECT_THROW(plugin().setNoSplit(0, {1, 0}), c10::Error);
+  EXPECT_THROW(plugin().setNoSplit(0, {0, 0}), c10::Error) << "the default pool";
   plugin().free_block(p);
+}
+
+// torch.cuda.MemPool(no_split=True): every block of the pool is a whole segment of its own, whether
+// torch says so before creating the pool or after.
+TEST(TorchPlugin, NoSplitPoolGivesEachBlockItsOwnSegment) {
+  for (const bool said_first : {true, false}) {
+    SCOPED_TRACE(said_first ? "setNoSplit before createOrIncrefPool" : "after");
+    const c10::MempoolId_t pool{said_first ? 106 : 107, 0};
+    if (said_first) plugin().setNoSplit(0, pool);
+    plugin().createOrIncrefPool(0, pool, nullptr);
+    if (!said_first) plugin().setNoSplit(0, pool);
+    plugin().beginAllocateToPool(0, pool, this_thread_only());
+    std::vector<void*> blocks = {alloc(kMiB), alloc(700 * 1024), alloc(5 * kMiB), alloc(512)};
+    plugin().free_block(blocks[2]);
+    blocks[2] = alloc(3 * kMiB);  // reuses the freed 6 MiB segment whole, never a piece of it
+    plugin().endAllocateToPool(0, pool);
+    const auto snapshot = plugin().snapshot(pool);
+    std::size_t segments = 0;
+    for (const auto& segment : snapshot.segments) {
+      ++segments;
+      EXPECT_EQ(segment.blocks.size(), 1u) << "segment at " << segment.address << " was split";
+    }
+    EXPECT_EQ(segments, 4u);
+    for (void* p : blocks) plugin().free_block(p);
+    plugin().releasePool(0, pool);
+    plugin().releasePool(0, pool);
+    plugin().emptyCache(pool);
+    EXPECT_EQ(segments_of_pool(plugin().snapshot(), pool), 0u);
+  }
 }
 
 // What torch.compile's CUDA graph trees do: checkpoint a private pool after recording a graph,

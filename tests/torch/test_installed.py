@@ -318,6 +318,24 @@ def test_mem_pool_context():
     _settle()
 
 
+def test_mem_pool_no_split():
+    """MemPool(no_split=True): every allocation in the pool is a whole segment of its own."""
+    _settle()
+    pool = torch.cuda.MemPool(no_split=True)
+    with torch.cuda.use_mem_pool(pool):
+        tensors = [torch.empty(n, dtype=torch.uint8, device="cuda")
+                   for n in (MiB, 700 * 1024, 5 * MiB, 512)]
+        del tensors[2]
+        tensors.append(torch.empty(3 * MiB, dtype=torch.uint8, device="cuda"))
+    segments = [s for s in torch.cuda.memory_snapshot()
+                if tuple(s["segment_pool_id"]) == tuple(pool.id)]
+    assert len(segments) == 4
+    for segment in segments:
+        assert len(segment["blocks"]) == 1, segment
+    del tensors, pool
+    _settle()
+
+
 def test_record_stream_defers_reuse():
     _settle()
     n = 16 * MiB // 4
