@@ -50,14 +50,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import random
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -71,194 +69,12 @@ SCHEMA = "vramledger-end-to-end/1"
 GiB = float(1 << 30)
 
 
-# --------------------------------------------------------------------------------------------
-# Allocator configurations
+# The pieces: allocators, workloads, outputs (one module each).
+from e2e_allocators import ALLOCATORS, QUICK_ALLOCATORS, REFERENCE, is_vramledger  # noqa: E402
+from e2e_workloads import QUICK_WORKLOADS, WORKLOADS  # noqa: E402
+from e2e_render import render_markdown, summary_line, write_outputs  # noqa: E402,F401
+from e2e_results import compare_records, ok_runs  # noqa: E402
 
-
-@dataclass(frozen=True)
-class Allocator:
-    name: str
-    description: str
-    env: Dict[str, str] = field(default_factory=dict)
-    vramledger_conf: Optional[str] = None      # install() argument; None: not vramledger
-    expected_backend: str = "native"          # torch.cuda.memory.get_allocator_backend()
-
-
-ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
-    Allocator("native", "PyTorch caching allocator, default settings"),
-    Allocator("expandable", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-              env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-    Allocator("malloc_async", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",
-              env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
-              expected_backend="cudaMallocAsync"),
-    Allocator("vramledger", 'vramledger.install("backend:vmm")', vramledger_conf="backend:vmm",
-              expected_backend="vramledger"),
-    Allocator("vramledger-pages", 'vramledger.install("backend:vmm,map_chunk_mb:2")',
-              vramledger_conf="backend:vmm,map_chunk_mb:2", expected_backend="vramledger"),
-    Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
-              vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
-]}
-REFERENCE = "native"
-QUICK_ALLOCATORS = ["native", "expandable", "vramledger"]
-
-
-def is_vramledger(allocator: str) -> bool:
-    return ALLOCATORS[allocator].vramledger_conf is not None
-
-
-# --------------------------------------------------------------------------------------------
-# Workloads (child side: torch is imported only inside these functions)
-
-
-def global_mean_pool(torch):
-    """A module that stands in for AdaptiveAvgPool2d(1), whose CUDA backward has no
-    deterministic kernel (the same figures, computed as a mean)."""
-
-    class GlobalMeanPool(torch.nn.Module):
-        def forward(self, x):
-            return x.mean(dim=(2, 3), keepdim=True)
-
-    return GlobalMeanPool()
-
-
-def class_loss(torch, logits, labels):
-    """Cross-entropy through log_softmax + gather: gather's backward is deterministic under
-    use_deterministic_algorithms, torch's CUDA nll_loss has no deterministic implementation."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -logp.gather(-1, labels.unsqueeze(-1)).mean()
-
-
-def build_on_gpu(torch, make: Callable[[], Any]) -> Tuple[Any, str]:
-    """Builds a model with its parameters created (and randomly initialised) on the GPU, which
-    is several times quicker than on the CPU; falls back to the CPU if a library refuses."""
-    try:
-        with torch.device("cuda"):
-            return make(), "cuda"
-    except Exception as error:  # noqa: BLE001 -- any refusal: the slow path still works
-        print(f"building on the GPU failed ({error!r}); building on the CPU", flush=True)
-        return make().cuda(), "cpu"
-
-
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    description: str
-    steps: int
-    warmup: int
-    record_kind: str                                   # "loss_hex" or "tokens_sha256"
-    schedule: Callable[[random.Random, int], List[Dict[str, int]]]
-    build: Callable[[Any], Dict[str, Any]]             # torch -> state
-    step: Callable[[Any, Dict[str, Any], Dict[str, int]], Any]
-
-
-def _gpt2_train_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
-    return [{"batch": 8, "seq": rng.choice(range(128, 1025, 64))} for _ in range(steps)]
-
-
-def _gpt2_train_build(torch) -> Dict[str, Any]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config()
-    model, built_on = build_on_gpu(torch, lambda: GPT2LMHeadModel(config))
-    model.train()
-    return {"model": model, "opt": torch.optim.AdamW(model.parameters(), lr=1e-4),
-            "vocab": config.vocab_size, "built_on": built_on}
-
-
-def _lm_train_step(torch, state, shape, autocast: bool):
-    ids = torch.randint(0, state["vocab"], (shape["batch"], shape["seq"]), device="cuda")
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-        logits = state["model"](input_ids=ids).logits
-    loss = class_loss(torch, logits[:, :-1], ids[:, 1:])
-    loss.backward()
-    state["opt"].step()
-    state["opt"].zero_grad(set_to_none=True)
-    return loss.detach()
-
-
-def _llama_train_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
-    return [{"batch": 4, "seq": rng.choice(range(128, 2049, 128))} for _ in range(steps)]
-
-
-def _llama_train_build(torch) -> Dict[str, Any]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                         num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
-                         max_position_embeddings=2048)
-    model, built_on = build_on_gpu(torch, lambda: LlamaForCausalLM(config))
-    model = model.to(dtype=torch.bfloat16).train()
-    return {"model": model, "opt": torch.optim.AdamW(model.parameters(), lr=1e-4),
-            "vocab": config.vocab_size, "built_on": built_on}
-
-
-def _gpt2_generate_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
-    return [{"batch": rng.choice([1, 2, 4, 8, 16]), "prompt": rng.choice(range(16, 257, 16)),
-             "new_tokens": rng.choice(range(8, 65, 8))} for _ in range(steps)]
-
-
-def _gpt2_generate_build(torch) -> Dict[str, Any]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config()
-    model, built_on = build_on_gpu(torch, lambda: GPT2LMHeadModel(config))
-    model = model.to(dtype=torch.float16).eval()
-    return {"model": model, "vocab": config.vocab_size, "built_on": built_on}
-
-
-def _gpt2_generate_step(torch, state, shape):
-    ids = torch.randint(0, state["vocab"], (shape["batch"], shape["prompt"]), device="cuda")
-    with torch.no_grad():
-        out = state["model"].generate(ids, attention_mask=torch.ones_like(ids),
-                                      max_new_tokens=shape["new_tokens"],
-                                      min_new_tokens=shape["new_tokens"], do_sample=False,
-                                      pad_token_id=0)
-    return out.cpu()  # tokens go back to the host, as a server's would
-
-
-def _resnet50_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
-    return [{"batch": rng.choice([32, 48, 64, 96, 128]), "size": 224} for _ in range(steps)]
-
-
-def _resnet50_build(torch) -> Dict[str, Any]:
-    import torchvision
-
-    def make():
-        model = torchvision.models.resnet50(weights=None)
-        model.avgpool = global_mean_pool(torch)
-        return model
-
-    model, built_on = build_on_gpu(torch, make)
-    model = model.to(memory_format=torch.channels_last).train()
-    return {"model": model, "built_on": built_on,
-            "opt": torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)}
-
-
-def _resnet50_step(torch, state, shape):
-    x = torch.randn(shape["batch"], 3, shape["size"], shape["size"], device="cuda")
-    x = x.to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (shape["batch"],), device="cuda")
-    loss = class_loss(torch, state["model"](x), y)
-    loss.backward()
-    state["opt"].step()
-    state["opt"].zero_grad(set_to_none=True)
-    return loss.detach()
-
-
-WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
-    Workload("gpt2_train", "GPT-2 small training, bf16 autocast, AdamW, batch 8, seq 128-1024",
-             12, 3, "loss_hex", _gpt2_train_schedule, _gpt2_train_build,
-             lambda torch, s, shape: _lm_train_step(torch, s, shape, autocast=True)),
-    Workload("llama_train", "Llama-style 8 layers x 1024, bf16, AdamW, batch 4, seq 128-2048",
-             12, 3, "loss_hex", _llama_train_schedule, _llama_train_build,
-             lambda torch, s, shape: _lm_train_step(torch, s, shape, autocast=False)),
-    Workload("gpt2_generate", "GPT-2 small fp16 greedy generate, batch 1-16, prompt 16-256, "
-             "8-64 new tokens", 8, 2, "tokens_sha256", _gpt2_generate_schedule,
-             _gpt2_generate_build, _gpt2_generate_step),
-    Workload("resnet50_train", "ResNet-50 training, channels-last, fp32, SGD, batch 32-128",
-             12, 3, "loss_hex", _resnet50_schedule, _resnet50_build, _resnet50_step),
-]}
-QUICK_WORKLOADS = ["gpt2_train", "resnet50_train"]
 
 
 def record_to_string(torch, kind: str, value: Any) -> str:
@@ -461,6 +277,9 @@ class Runner:
         self.lock = threading.Lock()
         self.out = Path(args.out)
         self.threads: List[threading.Thread] = []
+        # Set once the document is final: a lane still winding down after a stop (its
+        # wait_for_lanes timed out) must not add records behind the listing of what never ran.
+        self.closed = False
 
     def run_one(self, workload: str, allocator: str, gpu: Optional[str],
                 control: bool = False) -> Dict[str, Any]:
@@ -517,6 +336,8 @@ class Runner:
             print(f"    {key}: {record['status']} in {outcome.wall_s:.1f}s; {summary}",
                   flush=True)
         with self.lock:
+            if self.closed:
+                return record
             self.doc["runs"].append(record)
             finish_document(self.doc)
             write_outputs(self.doc, self.out)
@@ -560,26 +381,6 @@ class Runner:
                     gpu = keys[run_key(workload, REFERENCE)].get("gpu")
                     self.run_one(workload, REFERENCE, gpu, control=True)
 
-
-def ok_runs(doc: Dict[str, Any]) -> Dict[Tuple[str, str, bool], Dict[str, Any]]:
-    return {(r["workload"], r["allocator"], r.get("control", False)): r
-            for r in doc["runs"] if r["status"] == "ok"}
-
-
-def compare_records(reference: Dict[str, Any], other: Dict[str, Any]) -> Dict[str, Any]:
-    """Bitwise comparison of two runs' per-step records (and their shape schedules)."""
-    ref, oth = reference["result"], other["result"]
-    if ref.get("schedule") != oth.get("schedule"):
-        return {"identical": False, "reason": "different shape schedules (seed or code differs)",
-                "step": None}
-    step = common.first_difference(ref.get("records", []), oth.get("records", []))
-    if step is None:
-        return {"identical": True, "step": None}
-    records_ref, records_oth = ref.get("records", []), oth.get("records", [])
-    return {"identical": False, "step": step,
-            "reference_value": records_ref[step] if step < len(records_ref) else None,
-            "value": records_oth[step] if step < len(records_oth) else None,
-            "reason": f"step {step} differs ({ref.get('record_kind')})"}
 
 
 def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -652,323 +453,6 @@ def exit_status(doc: Dict[str, Any]) -> int:
         return common.EXIT_INTERRUPTED
     return 1 if doc["failures"] else 0
 
-
-# --------------------------------------------------------------------------------------------
-# Outputs: markdown, SVG
-
-
-def _cell(run: Optional[Dict[str, Any]]) -> str:
-    if run is None:
-        return "—"
-    if run["status"] != "ok":
-        return f"**{run['status'].upper()}**"
-    d = run["derived"]
-    ratio = common.fmt_optional(d["overhead_ratio"], ".3f")
-    if d["ratio_basis"] == "native's requested peak":
-        ratio += "*"
-    return (f"{common.fmt_optional(d['peak_reserved_gib'], '.2f')} GiB · {ratio} · "
-            f"{common.fmt_optional(d['median_step_ms'], '.1f')} ms")
-
-
-def _identical_cell(doc: Dict[str, Any], workload: str) -> str:
-    entries = [c for c in doc["comparisons"] if c["workload"] == workload]
-    if not entries:
-        return "n/a"
-    differ = [c for c in entries if c["identical"] is False]
-    unknown = [c for c in entries if c["identical"] is None]
-    if differ:
-        text = "no: " + ", ".join(f"{c['allocator']} (step {c['step']})"
-                                  if c.get("step") is not None else c["allocator"]
-                                  for c in differ)
-    else:
-        text = "yes"
-    if unknown:
-        text += " (not compared: " + ", ".join(c["allocator"] for c in unknown) + ")"
-    return text
-
-
-def _identical_to_native(doc: Dict[str, Any], run: Dict[str, Any]) -> str:
-    """The "identical to native" entry of one run's row."""
-    if run["allocator"] == REFERENCE and not run.get("control"):
-        return "reference"
-    native = ok_runs(doc).get((run["workload"], REFERENCE, False))
-    if run["status"] != "ok" or native is None:
-        return "n/a"
-    verdict = compare_records(native, run)
-    return "yes" if verdict["identical"] else f"no ({verdict['reason']})"
-
-
-def render_markdown(doc: Dict[str, Any]) -> str:
-    meta, env = doc["meta"], doc["meta"].get("environment", {})
-    allocators, workloads = doc["plan"]["allocators"], doc["plan"]["workloads"]
-    runs = {(r["workload"], r["allocator"]): r for r in doc["runs"] if not r.get("control")}
-    lines = [
-        "# End-to-end comparison of allocators",
-        "",
-        f"Date {meta.get('date')}, commit {meta.get('commit') or 'unknown'}; GPU "
-        f"{', '.join(env.get('gpus') or []) or 'unknown'}; torch {env.get('torch')} "
-        f"(CUDA {env.get('torch_cuda')}), transformers {env.get('transformers')}, torchvision "
-        f"{env.get('torchvision')}, Python {env.get('python')}. Command: "
-        f"`{meta.get('command')}` ({meta.get('total_wall_s', 0):.0f} s wall"
-        f"{', INTERRUPTED' if doc.get('interrupted') else ''}).",
-        "",
-        *([f"**SKIPPED**: {doc['skipped']}", ""] if doc.get("skipped") else []),
-        "Each cell: peak reserved (torch.cuda.max_memory_reserved) · peak reserved / peak "
-        "requested · median step time after the warm-up steps. Every run is a fresh process; "
-        "the same seeds and shape schedule in every column.",
-        "",
-        "| workload | " + " | ".join(allocators) + " | losses identical to native |",
-        "|---|" + "---|" * len(allocators) + "---|",
-    ]
-    for workload in workloads:
-        cells = [_cell(runs.get((workload, a))) for a in allocators]
-        lines.append(f"| {workload} | " + " | ".join(cells) + f" | "
-                     f"{_identical_cell(doc, workload)} |")
-    if any(r.get("derived", {}).get("ratio_basis") == "native's requested peak"
-           for r in doc["runs"]):
-        lines += ["", "\\* cudaMallocAsync counts no requested bytes: ratio against native's "
-                  "peak requested for the same workload (the program requests the same bytes)."]
-    lines += ["", "## Workloads", ""]
-    for workload in workloads:
-        spec = doc["plan"]["workload_specs"].get(workload, {})
-        lines.append(f"- `{workload}`: {spec.get('description')}; {spec.get('steps')} steps, "
-                     f"the first {spec.get('warmup')} not timed.")
-    lines += ["", "## Every run", "",
-              "| workload | allocator | status | peak reserved B | peak requested B | "
-              "peak allocated B | ratio | vs native reserved | median ms | p90 ms | vs native "
-              "step | process s | identical to native |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for run in doc["runs"]:
-        result, d = run.get("result", {}), run.get("derived", {})
-        identical = _identical_to_native(doc, run)
-        name = run["allocator"] + (" (control)" if run.get("control") else "")
-
-        def num(key: str) -> str:
-            value = result.get(key)
-            return f"{value:,}" if isinstance(value, int) else "n/a"
-
-        lines.append(
-            f"| {run['workload']} | {name} | {run['status']} | {num('peak_reserved_bytes')} | "
-            f"{num('peak_requested_bytes')} | {num('peak_allocated_bytes')} | "
-            f"{common.fmt_optional(d.get('overhead_ratio'), '.4f')} | "
-            f"{common.fmt_optional(d.get('peak_reserved_vs_native'), '.3f')} | "
-            f"{common.fmt_optional(d.get('median_step_ms'), '.1f')} | "
-            f"{common.fmt_optional(d.get('p90_step_ms'), '.1f')} | "
-            f"{common.fmt_optional(d.get('step_time_vs_native'), '.3f')} | "
-            f"{common.fmt_optional(run.get('wall_s'), '.1f')} | {identical} |")
-    vram = [r for r in doc["runs"] if r["status"] == "ok" and r["result"].get("vramledger_stats")]
-    if vram:
-        lines += ["", "## vramledger's own figures", "",
-                  "| workload | allocator | backend | paged heap | device allocs | maps | unmaps |"
-                  " GMLake ratio | overhead ratio |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
-        for run in vram:
-            s = run["result"]["vramledger_stats"]
-            frag = s.get("fragmentation") or {}
-            lines.append(f"| {run['workload']} | {run['allocator']} | {s.get('backend')} | "
-                         f"{s.get('paged_heap')} | {s.get('num_device_alloc')} | "
-                         f"{s.get('num_maps')} | {s.get('num_unmaps')} | "
-                         f"{common.fmt_optional(frag.get('gmlake_ratio'), '.4f')} | "
-                         f"{common.fmt_optional(frag.get('overhead_ratio'), '.4f')} |")
-    lines += ["", "## Failures and differences", ""]
-    lines += [f"- {f}" for f in doc["failures"]] or ["none"]
-    return "\n".join(lines) + "\n"
-
-
-PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3"]
-
-
-def plot_panels(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """The plotted quantities: {title, values[(workload, allocator)]}. The ratios are drawn as
-    percentages above 1 so that bars start at zero and small differences stay visible."""
-    runs = {(r["workload"], r["allocator"]): r for r in doc["runs"]
-            if r["status"] == "ok" and not r.get("control")}
-
-    def values(key: str, transform: Callable[[float], float] = lambda v: v):
-        return {k: (None if r["derived"].get(key) is None else transform(r["derived"][key]))
-                for k, r in runs.items()}
-
-    as_percent_above_one = lambda v: (v - 1.0) * 100.0  # noqa: E731
-    return [
-        {"title": "peak reserved (GiB)", "values": values("peak_reserved_gib")},
-        {"title": "peak reserved above peak requested (%)",
-         "values": values("overhead_ratio", as_percent_above_one)},
-        {"title": "median step time vs native (%)",
-         "values": values("step_time_vs_native", as_percent_above_one)},
-    ]
-
-
-def _nice_ceiling(value: float, mantissas: Sequence[float] = (1, 2, 2.5, 5, 10)) -> float:
-    """The smallest m x 10^k >= value, m one of `mantissas` (round tick steps)."""
-    if value <= 0:
-        return 1.0
-    exponent = 10.0 ** int(f"{value:e}".split("e")[1])
-    for step in mantissas:
-        if step * exponent >= value * (1 - 1e-12):
-            return step * exponent
-    return 10 * exponent
-
-
-def _axis(values: Sequence[float]) -> Tuple[float, float, List[float]]:
-    """(low, high, ticks) for bars drawn from zero: zero inside, about four round steps."""
-    high = max([0.0] + list(values))
-    low = min([0.0] + list(values))
-    if high == low:
-        high = 1.0
-    step = _nice_ceiling((high - low) * 1.05 / 4)
-    low = math.floor(low / step - 1e-9) * step if low < 0 else 0.0
-    high = math.ceil(high / step - 1e-9) * step if high > 0 else 0.0
-    count = int(round((high - low) / step))
-    return low, high, [low + i * step for i in range(count + 1)]
-
-
-def render_svg(doc: Dict[str, Any]) -> str:
-    """Grouped bars (one group per workload, one bar per allocator), one panel per quantity;
-    hand-written SVG so that no plotting library is needed. A run without a figure shows ×."""
-    from xml.sax.saxutils import escape
-
-    workloads, allocators = doc["plan"]["workloads"], doc["plan"]["allocators"]
-    panels = plot_panels(doc)
-    bar_w, gap, left, right, panel_h, plot_h, top = 16, 28, 70, 20, 250, 170, 60
-    group_w = bar_w * len(allocators)
-    gpu = (doc["meta"].get("environment", {}).get("gpus") or ["GPU unknown"])[0]
-    legend, x = [], left
-    for i, allocator in enumerate(allocators):
-        color = PALETTE[i % len(PALETTE)]
-        legend.append(f'<rect x="{x}" y="30" width="10" height="10" fill="{color}"/>')
-        legend.append(f'<text x="{x + 14}" y="39">{escape(allocator)}</text>')
-        x += 24 + 7 * len(allocator)   # ~7 px per character at 11 px sans-serif
-    width = max(left + right + max(len(workloads), 1) * (group_w + gap), x + right)
-    height = top + panel_h * len(panels)
-    title = f"Allocators end to end on {gpu} ({doc['meta'].get('date')})"
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18" font-size="14">{escape(title)}</text>']
-    out += legend
-    for p, panel in enumerate(panels):
-        y0 = top + p * panel_h + 20          # top of the plot area
-        present = [v for v in panel["values"].values() if v is not None]
-        low, high, ticks = _axis(present)
-
-        def y_of(value: float) -> float:
-            return y0 + plot_h * (high - value) / (high - low)
-
-        out.append(f'<text x="{left}" y="{y0 - 6}" font-size="12" font-weight="bold">'
-                   f'{escape(panel["title"])}</text>')
-        for value in ticks:                  # grid and y labels
-            y = y_of(value)
-            out.append(f'<line x1="{left - 4}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" '
-                       f'stroke="#e0e0e0"/>')
-            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                       f'{value:.3g}</text>')
-        zero = y_of(0.0)
-        out.append(f'<line x1="{left}" y1="{y0}" x2="{left}" y2="{y0 + plot_h}" stroke="black"/>')
-        out.append(f'<line x1="{left}" y1="{zero:.1f}" x2="{width - right}" y2="{zero:.1f}" '
-                   'stroke="black"/>')
-        for g, workload in enumerate(workloads):
-            gx = left + gap / 2 + g * (group_w + gap)
-            for i, allocator in enumerate(allocators):
-                value = panel["values"].get((workload, allocator))
-                bx = gx + i * bar_w
-                if value is None:
-                    out.append(f'<text x="{bx + bar_w / 2:.1f}" y="{zero - 3:.1f}" '
-                               f'text-anchor="middle" fill="#888">×</text>')
-                    continue
-                top_y, bottom_y = sorted((y_of(value), zero))
-                out.append(f'<rect x="{bx:.1f}" y="{top_y:.1f}" width="{bar_w - 2}" '
-                           f'height="{bottom_y - top_y:.1f}" fill="{PALETTE[i % len(PALETTE)]}">'
-                           f'<title>{escape(f"{workload}, {allocator}: {value:.4g}")}</title>'
-                           '</rect>')
-            out.append(f'<text x="{gx + group_w / 2:.1f}" y="{y0 + plot_h + 14}" '
-                       f'text-anchor="middle">{escape(workload)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
-
-
-def render_svg_matplotlib(doc: Dict[str, Any]) -> Optional[str]:
-    """The same panels through matplotlib when it is installed; None otherwise."""
-    try:
-        import io
-
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception:  # noqa: BLE001 -- not installed or unusable: the hand-written SVG
-        return None
-    workloads, allocators = doc["plan"]["workloads"], doc["plan"]["allocators"]
-    panels = plot_panels(doc)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(6, 1.6 * len(workloads) + 2),
-                                                      3.0 * len(panels)), squeeze=False)
-    width = 0.8 / max(len(allocators), 1)
-    for ax, panel in zip(axes[:, 0], panels):
-        for i, allocator in enumerate(allocators):
-            xs = [g + (i - (len(allocators) - 1) / 2) * width for g in range(len(workloads))]
-            ys = [panel["values"].get((w, allocator)) for w in workloads]
-            ax.bar([x for x, y in zip(xs, ys) if y is not None],
-                   [y for y in ys if y is not None], width, label=allocator,
-                   color=PALETTE[i % len(PALETTE)])
-            for x, y in zip(xs, ys):
-                if y is None:
-                    ax.text(x, 0, "×", ha="center", va="bottom", color="#888")
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        ax.set_title(panel["title"], fontsize=10)
-        ax.set_xticks(range(len(workloads)))
-        ax.set_xticklabels(workloads, fontsize=8)
-    axes[0, 0].legend(fontsize=7, ncol=min(len(allocators), 5))
-    gpu = (doc["meta"].get("environment", {}).get("gpus") or ["GPU unknown"])[0]
-    fig.suptitle(f"Allocators end to end on {gpu} ({doc['meta'].get('date')})", fontsize=11)
-    fig.tight_layout()
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def write_outputs(doc: Dict[str, Any], out: Path, use_matplotlib: bool = True) -> None:
-    svg = None
-    if use_matplotlib and doc["meta"].get("plot") != "svg-writer":
-        try:
-            svg = render_svg_matplotlib(doc)
-        except Exception as error:  # noqa: BLE001 -- a plotting failure must not lose results
-            print(f"matplotlib plot failed ({error!r}); writing the SVG by hand", flush=True)
-    doc["meta"]["plot_writer"] = "matplotlib" if svg else "svg-writer"
-    common.write_text_atomic(out / "compare_allocators.svg", svg or render_svg(doc))
-    common.write_json_atomic(out / "compare_allocators.json", doc)
-    common.write_text_atomic(out / "compare_allocators.md", render_markdown(doc))
-
-
-def _percent_range(values: List[float]) -> str:
-    low, high = min(values), max(values)
-    return f"{low:+.1f}%" if abs(high - low) < 0.05 else f"{low:+.1f}..{high:+.1f}%"
-
-
-def summary_line(doc: Dict[str, Any]) -> str:
-    """One short line for the GPU suite's summary: counts, then for each vramledger
-    configuration how many workloads match native bitwise and the range over workloads of its
-    peak reserved and median step time relative to native."""
-    runs = [r for r in doc["runs"] if not r.get("control")]
-    ok = sum(r["status"] == "ok" for r in runs)
-    planned = len(doc["plan"]["workloads"]) * len(doc["plan"]["allocators"])
-    parts = [f"{ok}/{planned} runs ok"]
-    for allocator in (a for a in doc["plan"]["allocators"] if is_vramledger(a)):
-        comps = [c for c in doc["comparisons"] if c["allocator"] == allocator]
-        same = sum(c["identical"] is True for c in comps)
-        text = f"{allocator}: identical to native {same}/{len(comps)}"
-        derived = [r["derived"] for r in runs
-                   if r["allocator"] == allocator and r["status"] == "ok"]
-        reserved = [(d["peak_reserved_vs_native"] - 1) * 100 for d in derived
-                    if d.get("peak_reserved_vs_native") is not None]
-        step = [(d["step_time_vs_native"] - 1) * 100 for d in derived
-                if d.get("step_time_vs_native") is not None]
-        if reserved:
-            text += f", peak reserved vs native {_percent_range(reserved)}"
-        if step:
-            text += f", median step {_percent_range(step)}"
-        parts.append(text)
-    if doc.get("interrupted"):
-        parts.append("INTERRUPTED")
-    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1116,6 +600,7 @@ def main(argv: Optional[Sequence[str]] = None,
         runner.wait_for_lanes(10)
     doc["meta"]["total_wall_s"] = round(time.monotonic() - started, 1)
     with runner.lock:
+        runner.closed = True
         recorded = {r["key"] for r in doc["runs"]}
         for workload in workloads:  # what never ran is listed, not silently missing
             for allocator in allocators:

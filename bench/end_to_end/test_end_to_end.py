@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import compare_allocators as ca  # noqa: E402
+import e2e_render as er  # noqa: E402
 import e2e_common as common  # noqa: E402
 
 GiB = 1 << 30
@@ -193,15 +194,15 @@ def test_schedules_are_seeded_and_identical():
 
 
 def test_plot_axis():
-    assert ca._nice_ceiling(0.93) == 1.0
-    assert ca._nice_ceiling(1.31) == 2
-    assert ca._nice_ceiling(14.2) == 20
-    assert ca._nice_ceiling(0) == 1.0
-    low, high, ticks = ca._axis([44.6, 0.5])          # overheads in %
+    assert er._nice_ceiling(0.93) == 1.0
+    assert er._nice_ceiling(1.31) == 2
+    assert er._nice_ceiling(14.2) == 20
+    assert er._nice_ceiling(0) == 1.0
+    low, high, ticks = er._axis([44.6, 0.5])          # overheads in %
     assert (low, high) == (0.0, 60.0) and ticks == [0.0, 20.0, 40.0, 60.0]
-    low, high, ticks = ca._axis([3.2, -1.1])          # step times vs native, both signs
+    low, high, ticks = er._axis([3.2, -1.1])          # step times vs native, both signs
     assert low == -2.0 and high == 4.0 and 0.0 in ticks
-    assert ca._axis([]) [:2] == (0.0, 1.0)
+    assert er._axis([]) [:2] == (0.0, 1.0)
 
 
 def test_bad_arguments_exit_2(tmp_path):

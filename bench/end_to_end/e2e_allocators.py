@@ -1,0 +1,38 @@
+"""The allocator configurations the end-to-end comparison runs (compare_allocators.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+
+@dataclass(frozen=True)
+class Allocator:
+    name: str
+    description: str
+    env: Dict[str, str] = field(default_factory=dict)
+    vramledger_conf: Optional[str] = None      # install() argument; None: not vramledger
+    expected_backend: str = "native"          # torch.cuda.memory.get_allocator_backend()
+
+
+ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
+    Allocator("native", "PyTorch caching allocator, default settings"),
+    Allocator("expandable", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+              env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    Allocator("malloc_async", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",
+              env={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+              expected_backend="cudaMallocAsync"),
+    Allocator("vramledger", 'vramledger.install("backend:vmm")', vramledger_conf="backend:vmm",
+              expected_backend="vramledger"),
+    Allocator("vramledger-pages", 'vramledger.install("backend:vmm,map_chunk_mb:2")',
+              vramledger_conf="backend:vmm,map_chunk_mb:2", expected_backend="vramledger"),
+    Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
+              vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
+]}
+REFERENCE = "native"
+QUICK_ALLOCATORS = ["native", "expandable", "vramledger"]
+
+
+def is_vramledger(allocator: str) -> bool:
+    return ALLOCATORS[allocator].vramledger_conf is not None
+
