@@ -195,9 +195,10 @@ def vramledger_run(script: str, args: List[str], track_non_torch: Optional[bool]
 
 
 def run_worker(command: List[str], timeout_s: float, log_path: Optional[str] = None,
-               env: Optional[Dict[str, str]] = None) -> Tuple[Optional[Dict[str, Any]], str]:
+               env: Optional[Dict[str, str]] = None,
+               result_path: Optional[str] = None) -> Tuple[Optional[Dict[str, Any]], str]:
     """Runs a worker; returns (its RESULT dict or None, a one-line reason when None). Output goes
-    to log_path (kept for the GPU logs)."""
+    to log_path and the result to result_path (both kept for the GPU logs)."""
     started = time.monotonic()
     try:
         completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
@@ -223,6 +224,9 @@ def run_worker(command: List[str], timeout_s: float, log_path: Optional[str] = N
     if result is None:
         return None, "no RESULT line"
     result["wall_s"] = round(elapsed, 1)
+    if result_path:
+        with open(result_path, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
     return result, ""
 
 

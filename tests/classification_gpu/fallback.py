@@ -196,12 +196,11 @@ def main() -> int:
     command = chosen + _common.vramledger_run(os.path.abspath(__file__), ["--role", "worker"],
                                               track_non_torch=False)
     result, why = _common.run_worker(command, args.timeout, os.path.join(folder, "worker.log"),
-                                     env=_common.worker_env())
+                                     env=_common.worker_env(),
+                                     result_path=os.path.join(folder, "result.json"))
     if result is None:
         outcome.failures.append(f"worker in the PID namespace: {why} (see worker.log)")
     else:
-        with open(os.path.join(folder, "result.json"), "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
         analyse(result, outcome)
     outcome.finish()
     return 0

@@ -25,7 +25,6 @@ Without a GPU: "skipped: no GPU", exit 0.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Dict, List, Tuple
@@ -204,12 +203,11 @@ def main() -> int:
     command = _common.vramledger_run(os.path.abspath(__file__), ["--role", "worker"],
                                      track_non_torch=None, conf=CONF)
     result, why = _common.run_worker(command, args.timeout, os.path.join(folder, "worker.log"),
-                                     env=_common.worker_env())
+                                     env=_common.worker_env(),
+                                     result_path=os.path.join(folder, "result.json"))
     if result is None:
         outcome.failures.append(f"worker: {why} (see worker.log)")
     else:
-        with open(os.path.join(folder, "result.json"), "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
         analyse(result, outcome)
     outcome.finish()
     return 0

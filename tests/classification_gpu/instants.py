@@ -247,12 +247,11 @@ def main() -> int:
                                          track_non_torch=track)
         result, why = _common.run_worker(command, args.timeout,
                                          os.path.join(folder, f"worker-{variant}.log"),
-                                         env=_common.worker_env())
+                                         env=_common.worker_env(),
+                                         result_path=os.path.join(folder, f"{variant}.json"))
         if result is None:
             outcome.failures.append(f"worker {variant}: {why} (see worker-{variant}.log)")
             continue
-        with open(os.path.join(folder, f"{variant}.json"), "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
         analyse(result, outcome)
     outcome.finish()
     return 0
