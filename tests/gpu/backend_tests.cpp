@@ -28,28 +28,7 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kTiB = std::size_t{1} << 40;
 
-class BackendTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    VRAMLEDGER_REQUIRE_GPU();
-    try {
-      backend_ = make_cuda_backend(GetParam(), kDevice);
-    } catch (const Error& error) {
-      if (error.code() == ErrorCode::kNotSupported) GTEST_SKIP() << error.what();
-      FAIL() << "make_cuda_backend(" << GetParam() << "): " << error.what();
-    }
-  }
-  void TearDown() override {
-    if (backend_) {
-      EXPECT_TRUE(backend_->synchronize_device().is_ok());
-    }
-  }
-
-  DeviceBackend& backend() { return *backend_; }
-  std::size_t granularity() const { return backend_->info().granularity; }
-
-  std::unique_ptr<DeviceBackend> backend_;
-};
+using BackendTest = RealBackendTest;
 
 TEST_P(BackendTest, ReportsItself) {
   const BackendInfo& info = backend().info();

@@ -14,6 +14,22 @@ std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info
   return info.param;
 }
 
+void RealBackendTest::SetUp() {
+  VRAMLEDGER_REQUIRE_GPU();
+  try {
+    backend_ = make_cuda_backend(GetParam(), kDevice);
+  } catch (const Error& error) {
+    if (error.code() == ErrorCode::kNotSupported) GTEST_SKIP() << error.what();
+    FAIL() << "make_cuda_backend(" << GetParam() << "): " << error.what();
+  }
+}
+
+void RealBackendTest::TearDown() {
+  if (backend_) {
+    EXPECT_TRUE(backend_->synchronize_device().is_ok());
+  }
+}
+
 TestStream::TestStream() {
   cudaStream_t stream = nullptr;
   if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {

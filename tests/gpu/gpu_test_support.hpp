@@ -36,6 +36,19 @@ inline constexpr int kDevice = 0;
 // gtest-friendly names for parameterised suites.
 std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info);
 
+// A test over the real backend its parameter names: skipped without a GPU or where the device
+// does not support that backend, and the device synchronised at the end.
+class RealBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override;     // derived SetUps: return early when IsSkipped() or HasFatalFailure()
+  void TearDown() override;  // derived TearDowns: release what uses the backend first
+
+  DeviceBackend& backend() { return *backend_; }
+  std::size_t granularity() const { return backend_->info().granularity; }
+
+  std::unique_ptr<DeviceBackend> backend_;
+};
+
 // A non-blocking stream, destroyed at scope exit.
 class TestStream {
  public:

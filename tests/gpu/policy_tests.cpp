@@ -31,28 +31,20 @@ std::int64_t total_reserved(const BlockCensus& census) {
   return census.pools[0].reserved_bytes + census.pools[1].reserved_bytes;
 }
 
-class PolicyTest : public ::testing::TestWithParam<std::string> {
+class PolicyTest : public RealBackendTest {
  protected:
   void SetUp() override {
-    VRAMLEDGER_REQUIRE_GPU();
-    try {
-      backend_ = make_cuda_backend(GetParam(), kDevice);
-    } catch (const Error& error) {
-      if (error.code() == ErrorCode::kNotSupported) GTEST_SKIP() << error.what();
-      FAIL() << "make_cuda_backend(" << GetParam() << "): " << error.what();
-    }
+    RealBackendTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     allocator_ = std::make_unique<CachingAllocator>(*backend_, nullptr);
   }
   void TearDown() override {
     allocator_.reset();
-    if (backend_) {
-      EXPECT_TRUE(backend_->synchronize_device().is_ok());
-    }
+    RealBackendTest::TearDown();
   }
 
   CachingAllocator& allocator() { return *allocator_; }
   MallocAsyncBackend* async_backend() { return dynamic_cast<MallocAsyncBackend*>(backend_.get()); }
-  std::size_t granularity() const { return backend_->info().granularity; }
 
   // What the driver should see for us: the census's reserved bytes, or for malloc_async the pool
   // underneath (which keeps freed segments until trimmed).
@@ -65,7 +57,6 @@ class PolicyTest : public ::testing::TestWithParam<std::string> {
     return total_reserved(allocator().census());
   }
 
-  std::unique_ptr<DeviceBackend> backend_;
   std::unique_ptr<CachingAllocator> allocator_;
 };
 
