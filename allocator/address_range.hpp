@@ -89,14 +89,10 @@ struct AddressRange {
   }
   // Forgets the chunk mapped from page `head` on (which must be its first page); returns it.
   PhysicalChunk clear_chunk_mapped(std::size_t head) {
-    PhysicalChunk chunk{page_mapping[head].handle, 0};
-    for (std::size_t page = head;
-         page < page_mapping.size() && is_mapped(page) && page_mapping[page].head == head &&
-         page_mapping[page].handle == chunk.handle;
-         ++page) {
+    const PhysicalChunk chunk{page_mapping[head].handle, chunk_pages(head)};
+    for (std::size_t page = head; page < head + chunk.pages; ++page) {
       mapped_bits[page / 64] &= ~(std::uint64_t{1} << (page % 64));
       page_mapping[page] = PageMapping{};
-      ++chunk.pages;
     }
     mapped_pages -= chunk.pages;
     return chunk;
@@ -107,8 +103,7 @@ struct AddressRange {
   // Pages of the chunk whose first page is `head`.
   std::size_t chunk_pages(std::size_t head) const {
     std::size_t page = head;
-    while (page < page_mapping.size() && is_mapped(page) && page_mapping[page].head == head &&
-           page_mapping[page].handle == page_mapping[head].handle) {
+    while (page < page_mapping.size() && is_mapped(page) && page_mapping[page].head == head) {
       ++page;
     }
     return page - head;

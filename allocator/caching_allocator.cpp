@@ -566,9 +566,6 @@ class CachingAllocator::Impl {
     const AddressRange* span = nullptr;
     std::size_t first = 0;
     std::size_t last = 0;  // inclusive
-    bool covers(const AddressRange* range, std::size_t page) const {
-      return range == span && page >= first && page <= last;
-    }
     // Whether any of the pages [from, from + count) is excluded.
     bool intersects(const AddressRange* range, std::size_t from, std::size_t count) const {
       return range == span && from <= last && from + count > first;
