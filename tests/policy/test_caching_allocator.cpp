@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/consistency.hpp"
 #include "accounting/ledger.hpp"
 #include "allocator/caching_allocator.hpp"
 #include "allocator/simulated/simulated_device.hpp"
@@ -467,6 +468,28 @@ TEST_F(PagedHeapTest, FreedPagesServeOtherStreamsWithoutNewMemory) {
   EXPECT_EQ(reserved(), before) << "pages should move to the other stream's span";
   EXPECT_TRUE(device_.is_range_accessible(q, 64 * kMiB));
   allocator_.deallocate(q);
+}
+
+// With the device full, a need for one page is met from idle memory held in larger chunks: the
+// chunk is unmapped, given back to the driver, and a chunk of the right size created.
+TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerOnes) {
+  SimulatedDeviceOptions options;
+  options.capacity_bytes = 64 * kMiB;
+  SimulatedDevice device(options);
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger, AllocatorOptions{});
+  const DevicePtr big = allocator.allocate(64 * kMiB, 0);  // the whole device, 8 chunks of 4 pages
+  EXPECT_EQ(device.call_count(SimOp::kCreatePhysical), 8u);
+  allocator.deallocate(big);  // idle, still mapped in stream 0's span
+  const StreamHandle other = device.create_stream();
+  const DevicePtr small = allocator.allocate(2 * kMiB, other);
+  EXPECT_TRUE(device.is_range_accessible(small, 2 * kMiB));
+  EXPECT_EQ(ledger.counters().num_alloc_retries, 0) << "no cache flush should have been needed";
+  EXPECT_EQ(device.call_count(SimOp::kReleasePhysical), 1u) << "one 4-page chunk exchanged";
+  EXPECT_LE(device.physical_bytes_in_use(), 64 * kMiB);
+  const BlockCensus census = allocator.census();
+  EXPECT_TRUE(check_consistency(ledger, census).ok()) << check_consistency(ledger, census).to_string();
+  allocator.deallocate(small);
 }
 
 TEST_F(PagedHeapTest, HolesInAddressSpaceCostNoPhysicalMemory) {
