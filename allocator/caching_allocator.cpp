@@ -136,13 +136,7 @@ class CachingAllocator::Impl {
         throw OutOfMemoryError(describe_oom(bytes, stream, error.what()));
       }
     }
-    block->requested = bytes;
-    block->tag = tag;
-    block->state = BlockState::kAllocated;
-    block->range->active_blocks++;
-    live_.insert(block->address, block);
-    emit(EventKind::kAlloc, pool, stream, block->address, block->size, bytes, tag);
-    return block->address;
+    return hand_out(block, bytes, stream, tag);
   }
 
   DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag) {
@@ -157,15 +151,7 @@ class CachingAllocator::Impl {
     StreamHeaps& heaps = heaps_for(stream);
     Block* block = free_block_holding(heaps, pool, address, size);
     FreeBlockIndex& index = heaps.free[pool_index(pool)];
-    if (block->range->is_span) {
-      AddressRange& span = *block->range;
-      const auto [whole_first, whole_last] = whole_pages(span, block->address, block->end());
-      const std::size_t lo = std::max(page_of(span, address), whole_first);
-      const std::size_t hi = std::min(page_of(span, address + size - 1) + 1, whole_last);
-      const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
-      map_pages_for(span, address, size);  // throws with nothing changed
-      free_mapped_pages_[pool_index(pool)] -= reused;
-    }
+    if (block->range->is_span) back_with_pages(*block, address, size);  // throws, nothing changed
     index.remove(block);
     set_inactive_split(block, false);
     if (block->address < address) {
@@ -180,12 +166,17 @@ class CachingAllocator::Impl {
       refresh_inactive_split(rest);
     }
     if (block->range->is_span) mark_pages(*block, +1);
+    return hand_out(block, bytes, stream, tag);
+  }
+
+  // Makes a block just taken from the free lists the user's, and announces it.
+  DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag) {
     block->requested = bytes;
     block->tag = tag;
     block->state = BlockState::kAllocated;
     block->range->active_blocks++;
     live_.insert(block->address, block);
-    emit(EventKind::kAlloc, pool, stream, block->address, block->size, bytes, tag);
+    emit(EventKind::kAlloc, block->range->pool, stream, block->address, block->size, bytes, tag);
     return block->address;
   }
 
@@ -605,20 +596,24 @@ class CachingAllocator::Impl {
     } else if (pages_to_map(*block->range, block->address, size) > 0) {
       block = fit_needing_fewest_new_pages(index, size, block);
     }
-    AddressRange& span = *block->range;
-    const std::size_t first = page_of(span, block->address);
-    const std::size_t last = page_of(span, block->address + size - 1);
-    // Free mapped pages of this block that the allocation is about to use.
-    const auto [whole_first, whole_last] = whole_pages(span, block->address, block->end());
-    const std::size_t lo = std::max(first, whole_first);
-    const std::size_t hi = std::min(last + 1, whole_last);
-    const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
-    map_pages_for(span, block->address, size);  // throws with nothing changed
-    free_mapped_pages_[pool_index(pool)] -= reused;
+    back_with_pages(*block, block->address, size);  // throws with nothing changed
     index.remove(block);
     if (block->size > size) index.insert(split_front(block, size));
     mark_pages(*block, +1);
     return block;
+  }
+
+  // Maps every page under [address, address + size), which lies in the free block `block`, and
+  // takes the block's free mapped pages that the allocation uses out of the free count. Throws
+  // with nothing changed.
+  void back_with_pages(const Block& block, DevicePtr address, std::size_t size) {
+    AddressRange& span = *block.range;
+    const auto [whole_first, whole_last] = whole_pages(span, block.address, block.end());
+    const std::size_t lo = std::max(page_of(span, address), whole_first);
+    const std::size_t hi = std::min(page_of(span, address + size - 1) + 1, whole_last);
+    const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
+    map_pages_for(span, address, size);
+    free_mapped_pages_[pool_index(span.pool)] -= reused;
   }
 
   // The best fit by size needs new pages, which costs driver calls and, when no page is free
