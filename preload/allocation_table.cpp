@@ -10,6 +10,7 @@ struct Slot {
   std::uint64_t bytes;
   std::uint8_t kind;  // 0: empty
   std::uint8_t category;
+  bool routed;
 };
 
 Slot g_slots[AllocationTable::kCapacity];
@@ -60,13 +61,14 @@ bool AllocationTable::insert(KeyKind kind, std::uint64_t key, AllocationRecord r
     if (slot.kind == 0) {
       if (g_live + 1 >= kCapacity) return false;  // keep one empty slot so probes terminate
       slot = Slot{key, record.bytes, static_cast<std::uint8_t>(kind),
-                  static_cast<std::uint8_t>(record.category)};
+                  static_cast<std::uint8_t>(record.category), record.routed};
       ++g_live;
       return true;
     }
     if (slot.kind == static_cast<std::uint8_t>(kind) && slot.key == key) {
       slot.bytes = record.bytes;
       slot.category = static_cast<std::uint8_t>(record.category);
+      slot.routed = record.routed;
       return false;
     }
   }
@@ -82,6 +84,7 @@ bool AllocationTable::erase(KeyKind kind, std::uint64_t key, AllocationRecord* o
     if (slot.kind != static_cast<std::uint8_t>(kind) || slot.key != key) continue;
     out->bytes = slot.bytes;
     out->category = static_cast<Category>(slot.category);
+    out->routed = slot.routed;
     // Backward shift: move later entries of the probe run into the hole when their home
     // position allows it, so lookups never need tombstones.
     std::size_t hole = index;

@@ -20,6 +20,7 @@ enum class KeyKind : std::uint8_t { kDevicePointer = 1, kPhysicalHandle = 2 };
 struct AllocationRecord {
   std::uint64_t bytes = 0;
   Category category = VRAMLEDGER_PRELOAD_UNKNOWN;
+  bool routed = false;  // served by the routed cache (routing.hpp), not by the driver
 };
 
 class AllocationTable {

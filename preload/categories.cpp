@@ -40,7 +40,8 @@ Category classify_object_path(const char* path) {
 
 const char* category_name(int category) {
   static const char* const kNames[kCategoryCount] = {
-      "nccl", "cublas", "cudnn", "triton", "unknown/JIT", "torch", "vramledger", "user", "unknown"};
+      "nccl", "cublas", "cudnn", "triton", "unknown/JIT", "torch", "vramledger", "user", "unknown",
+      "routed cache (idle)"};
   if (category < 0 || category >= kCategoryCount) return nullptr;
   return kNames[category];
 }

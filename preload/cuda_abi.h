@@ -51,6 +51,7 @@ typedef CUresult (*vl_cuMemFreeAsync_t)(CUdeviceptr dptr, CUstream stream);
 typedef CUresult (*vl_cuMemCreate_t)(CUmemGenericAllocationHandle* handle, size_t size,
                                      const CUmemAllocationProp* prop, unsigned long long flags);
 typedef CUresult (*vl_cuMemRelease_t)(CUmemGenericAllocationHandle handle);
+typedef CUresult (*vl_cuDevicePrimaryCtxReset_v2_t)(int device);
 typedef CUresult (*vl_cuGetProcAddress_t)(const char* symbol, void** pfn, int cuda_version,
                                           uint64_t flags);
 typedef CUresult (*vl_cuGetProcAddress_v2_t)(const char* symbol, void** pfn, int cuda_version,
@@ -65,6 +66,7 @@ typedef cudaError_t (*vl_cudaMallocAsync_t)(void** ptr, size_t size, cudaStream_
 typedef cudaError_t (*vl_cudaMallocFromPoolAsync_t)(void** ptr, size_t size, cudaMemPool_t pool,
                                                     cudaStream_t stream);
 typedef cudaError_t (*vl_cudaFreeAsync_t)(void* ptr, cudaStream_t stream);
+typedef cudaError_t (*vl_cudaDeviceReset_t)(void);
 typedef cudaError_t (*vl_cudaGetDriverEntryPoint_t)(const char* symbol, void** pfn,
                                                     unsigned long long flags,
                                                     cudaDriverEntryPointQueryResult* status);

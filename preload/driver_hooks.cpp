@@ -2,6 +2,7 @@
 #include "preload/cuda_abi.h"
 #include "preload/hook_support.hpp"
 #include "preload/interposed_functions.hpp"
+#include "preload/routing.hpp"
 
 #define RETURN_ADDRESS __builtin_return_address(0)
 
@@ -21,6 +22,14 @@ CUresult mem_alloc(int v, CUdeviceptr* dptr, size_t bytes, const void* ra) {
   auto real = real_as<vl_cuMemAlloc_v2_t>(Fn::kMemAlloc, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  if (!nested && dptr != nullptr) {  // a runtime hook has already offered its call
+    std::uint64_t routed_pointer = 0;
+    const int routed = try_routed_allocation(bytes, &routed_pointer, ra);
+    if (routed != kRouteDeclined) {
+      if (routed == 0) *dptr = static_cast<CUdeviceptr>(routed_pointer);
+      return routed;
+    }
+  }
   const CUresult result = real(dptr, bytes);
   after_allocation(result, KeyKind::kDevicePointer, key_of(dptr, result), bytes, ra, nested);
   return result;
@@ -30,8 +39,13 @@ CUresult mem_free(int v, CUdeviceptr dptr) {
   auto real = real_as<vl_cuMemFree_v2_t>(Fn::kMemFree, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  if (!nested) {
+    const int routed = try_routed_free(dptr);
+    if (routed != kRouteDeclined) return routed;
+  }
+  FreeInProgress free_call(KeyKind::kDevicePointer, dptr, nested);
   const CUresult result = real(dptr);
-  after_free(result, KeyKind::kDevicePointer, dptr, nested);
+  free_call.finish(result);
   return result;
 }
 
@@ -82,8 +96,9 @@ CUresult mem_free_async(Fn fn, int v, CUdeviceptr dptr, CUstream stream) {
   auto real = real_as<vl_cuMemFreeAsync_t>(fn, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  FreeInProgress free_call(KeyKind::kDevicePointer, dptr, nested);
   const CUresult result = real(dptr, stream);
-  after_free(result, KeyKind::kDevicePointer, dptr, nested);
+  free_call.finish(result);
   return result;
 }
 
@@ -107,8 +122,19 @@ CUresult mem_release(int v, CUmemGenericAllocationHandle handle) {
   auto real = real_as<vl_cuMemRelease_t>(Fn::kMemRelease, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  FreeInProgress free_call(KeyKind::kPhysicalHandle, handle, nested);
   const CUresult result = real(handle);
-  after_free(result, KeyKind::kPhysicalHandle, handle, nested);
+  free_call.finish(result);
+  return result;
+}
+
+// A reset frees everything allocated in the device's primary context, the routed cache's
+// segments included: the cache forgets them (without freeing) once the reset succeeded.
+CUresult primary_ctx_reset(int v, int device) {
+  auto real = real_as<vl_cuDevicePrimaryCtxReset_v2_t>(Fn::kDevicePrimaryCtxReset, v);
+  if (real == nullptr) return kNotInitialized;
+  const CUresult result = real(device);
+  if (result == 0) route_forget_device(device);
   return result;
 }
 
@@ -166,6 +192,8 @@ CUresult mem_create_w(CUmemGenericAllocationHandle* h, size_t n, const CUmemAllo
 template <int V>
 CUresult mem_release_w(CUmemGenericAllocationHandle h) { return mem_release(V, h); }
 template <int V>
+CUresult primary_ctx_reset_w(int d) { return primary_ctx_reset(V, d); }
+template <int V>
 CUresult get_proc_address_w(const char* s, void** p, int v, std::uint64_t f) {
   return get_proc_address(V, s, p, v, f);
 }
@@ -221,6 +249,9 @@ VRAMLEDGER_PRELOAD_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, 
 VRAMLEDGER_PRELOAD_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
   return mem_release(0, h);
 }
+VRAMLEDGER_PRELOAD_EXPORT CUresult cuDevicePrimaryCtxReset_v2(int d) {
+  return primary_ctx_reset(0, d);
+}
 VRAMLEDGER_PRELOAD_EXPORT CUresult cuGetProcAddress(const char* s, void** p, int v,
                                                     std::uint64_t f) {
   return get_proc_address(0, s, p, v, f);
@@ -256,6 +287,7 @@ void* driver_wrapper(Fn fn, int variant) {
       VL_VARIANTS_F(cuMemFreeAsync_ptsz, mem_free_async_w, Fn::kMemFreeAsyncPtsz),
       VL_VARIANTS(cuMemCreate, mem_create_w),
       VL_VARIANTS(cuMemRelease, mem_release_w),
+      VL_VARIANTS(cuDevicePrimaryCtxReset_v2, primary_ctx_reset_w),
       VL_VARIANTS(cuGetProcAddress, get_proc_address_w),
       VL_VARIANTS(cuGetProcAddress_v2, get_proc_address_v2_w),
   };

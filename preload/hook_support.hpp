@@ -29,6 +29,27 @@ bool inside_runtime_call();
 // result: the real function's return value (0 = success). A failed call records nothing.
 void after_allocation(int result, KeyKind kind, std::uint64_t key, std::uint64_t bytes,
                       const void* return_address, bool nested);
-void after_free(int result, KeyKind kind, std::uint64_t key, bool nested);
+// Brackets a freeing call: constructed before the real function, finish()ed with its result.
+class FreeInProgress {
+ public:
+  FreeInProgress(KeyKind kind, std::uint64_t key, bool nested);
+  FreeInProgress(const FreeInProgress&) = delete;
+  FreeInProgress& operator=(const FreeInProgress&) = delete;
+  void finish(int result);
+  // The call was not made after all: the record goes back, nothing is counted.
+  void cancel();
+
+ private:
+  KeyKind kind_;
+  std::uint64_t key_;
+  bool nested_;
+  bool recorded_ = false;
+  AllocationRecord record_{};
+};
+
+// Routing mode (routing.hpp): offers an allocation / a free to the routed cache before the real
+// function is called. kRouteDeclined, or the routed call's CUresult (already recorded).
+int try_routed_allocation(std::uint64_t bytes, std::uint64_t* out, const void* return_address);
+int try_routed_free(std::uint64_t pointer);
 
 }  // namespace vramledger::preload

@@ -13,9 +13,9 @@ constexpr const char* kExportedNames[kFnCount] = {
     "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged",
     "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
     "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemCreate",
-    "cuMemRelease", "cuGetProcAddress", "cuGetProcAddress_v2",
+    "cuMemRelease", "cuDevicePrimaryCtxReset_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
     "cudaMalloc", "cudaFree", "cudaMallocPitch", "cudaMallocManaged", "cudaMallocAsync",
-    "cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaGetDriverEntryPoint",
+    "cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaDeviceReset", "cudaGetDriverEntryPoint",
     "cudaGetDriverEntryPointByVersion"};
 
 std::atomic<void*> g_real[kFnCount][kVariants];
@@ -65,6 +65,8 @@ Fn fn_by_driver_symbol(const char* symbol, int cuda_version, std::uint64_t flags
       {"cuMemFreeAsync", Fn::kMemFreeAsync, Fn::kMemFreeAsyncPtsz, 0},
       {"cuMemCreate", Fn::kMemCreate, Fn::kMemCreate, 0},
       {"cuMemRelease", Fn::kMemRelease, Fn::kMemRelease, 0},
+      // v1 and v2 share the ABI (CUresult(CUdevice)).
+      {"cuDevicePrimaryCtxReset", Fn::kDevicePrimaryCtxReset, Fn::kDevicePrimaryCtxReset, 0},
   };
   for (const Entry& entry : kEntries) {
     if (std::strcmp(entry.name, symbol) != 0) continue;

@@ -26,6 +26,7 @@ enum class Fn : int {
   kMemFreeAsyncPtsz,
   kMemCreate,
   kMemRelease,
+  kDevicePrimaryCtxReset,  // cuDevicePrimaryCtxReset_v2: frees the routed cache's memory
   kGetProcAddress,    // CUDA 11.3 ABI (4 arguments)
   kGetProcAddressV2,  // CUDA 12 ABI (5 arguments)
   // runtime
@@ -36,6 +37,7 @@ enum class Fn : int {
   kCudaMallocAsync,
   kCudaMallocFromPoolAsync,
   kCudaFreeAsync,
+  kCudaDeviceReset,
   kCudaGetDriverEntryPoint,
   kCudaGetDriverEntryPointByVersion,
   kCount,

@@ -6,6 +6,7 @@
 #include "preload/interposed_functions.hpp"
 #include "preload/loader_hooks.hpp"
 #include "preload/log.hpp"
+#include "preload/routing.hpp"
 #include "preload/torch_install.hpp"
 #include "preload/usage_counters.hpp"
 #include "preload/vramledger_preload.h"
@@ -34,6 +35,7 @@ __attribute__((constructor(101))) void load_shim() {
              "shim (VRAMLEDGER_PRELOAD_INSTALL_TORCH=1 to do so)",
              kFirstRuntimeFn, kFnCount - kFirstRuntimeFn);
   }
+  init_routing();
 }
 
 }  // namespace
@@ -49,6 +51,10 @@ int vramledger_preload_get_stats(vramledger_preload_stats* out) {
 
 const char* vramledger_preload_category_name(int category) {
   return vramledger::preload::category_name(category);
+}
+
+int64_t vramledger_preload_route_release_idle(void) {
+  return vramledger::preload::route_release_idle();
 }
 
 uint64_t vramledger_preload_overhead_ns(void) { return vramledger::preload::overhead_ns(); }

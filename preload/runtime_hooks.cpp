@@ -3,6 +3,7 @@
 #include "preload/cuda_abi.h"
 #include "preload/hook_support.hpp"
 #include "preload/interposed_functions.hpp"
+#include "preload/routing.hpp"
 
 #define RETURN_ADDRESS __builtin_return_address(0)
 
@@ -24,6 +25,17 @@ cudaError_t cuda_malloc(int v, void** ptr, size_t size, const void* ra) {
   auto real = real_as<vl_cudaMalloc_t>(Fn::kCudaMalloc, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  if (!nested && ptr != nullptr) {
+    // Routed only when a primary context is already current (the runtime set one up); the
+    // first cudaMalloc of a program goes to libcudart, which creates it. The common error codes
+    // of the driver and the runtime are the same numbers (2 out of memory, 1 invalid value).
+    std::uint64_t routed_pointer = 0;
+    const int routed = try_routed_allocation(size, &routed_pointer, ra);
+    if (routed != kRouteDeclined) {
+      if (routed == 0) *ptr = reinterpret_cast<void*>(routed_pointer);
+      return routed;
+    }
+  }
   cudaError_t result;
   {
     RuntimeCallScope scope;
@@ -37,12 +49,17 @@ cudaError_t cuda_free(int v, void* ptr) {
   auto real = real_as<vl_cudaFree_t>(Fn::kCudaFree, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  if (!nested && ptr != nullptr) {
+    const int routed = try_routed_free(reinterpret_cast<std::uint64_t>(ptr));
+    if (routed != kRouteDeclined) return routed;
+  }
+  FreeInProgress free_call(KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
   cudaError_t result;
   {
     RuntimeCallScope scope;
     result = real(ptr);
   }
-  after_free(result, KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
+  free_call.finish(result);
   return result;
 }
 
@@ -107,12 +124,24 @@ cudaError_t cuda_free_async(int v, void* ptr, cudaStream_t stream) {
   auto real = real_as<vl_cudaFreeAsync_t>(Fn::kCudaFreeAsync, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
+  FreeInProgress free_call(KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
   cudaError_t result;
   {
     RuntimeCallScope scope;
     result = real(ptr, stream);
   }
-  after_free(result, KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
+  free_call.finish(result);
+  return result;
+}
+
+// The runtime's current device is reset: the routed cache forgets its memory there, as for
+// cuDevicePrimaryCtxReset (libcudart's own call to it may or may not pass through the shim).
+cudaError_t cuda_device_reset(int v) {
+  auto real = real_as<vl_cudaDeviceReset_t>(Fn::kCudaDeviceReset, v);
+  if (real == nullptr) return kNotInitialized;
+  const int device = route_current_device();  // asked first: the reset ends the context
+  const cudaError_t result = real();
+  if (result == 0 && device >= 0) route_forget_device(device);
   return result;
 }
 
@@ -169,6 +198,8 @@ cudaError_t cuda_malloc_from_pool_async_w(void** p, size_t n, cudaMemPool_t pool
 template <int V>
 cudaError_t cuda_free_async_w(void* p, cudaStream_t s) { return cuda_free_async(V, p, s); }
 template <int V>
+cudaError_t cuda_device_reset_w() { return cuda_device_reset(V); }
+template <int V>
 cudaError_t get_driver_entry_point_w(const char* s, void** p, unsigned long long f,
                                      cudaDriverEntryPointQueryResult* st) {
   return get_driver_entry_point(V, s, p, f, st);
@@ -207,6 +238,7 @@ VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   return cuda_free_async(0, p, s);
 }
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaDeviceReset() { return cuda_device_reset(0); }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaGetDriverEntryPoint(
     const char* s, void** p, unsigned long long f, cudaDriverEntryPointQueryResult* st) {
   return get_driver_entry_point(0, s, p, f, st);
@@ -232,6 +264,7 @@ void* runtime_wrapper(Fn fn, int variant) {
       VL_VARIANTS(cudaMallocAsync, cuda_malloc_async_w),
       VL_VARIANTS(cudaMallocFromPoolAsync, cuda_malloc_from_pool_async_w),
       VL_VARIANTS(cudaFreeAsync, cuda_free_async_w),
+      VL_VARIANTS(cudaDeviceReset, cuda_device_reset_w),
       VL_VARIANTS(cudaGetDriverEntryPoint, get_driver_entry_point_w),
       VL_VARIANTS(cudaGetDriverEntryPointByVersion, get_driver_entry_point_by_version_w),
   };

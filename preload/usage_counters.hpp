@@ -10,9 +10,16 @@
 namespace vramledger::preload {
 
 // A successful allocation of `bytes` by `category` under `key`.
-void record_allocation(KeyKind kind, std::uint64_t key, std::uint64_t bytes, Category category);
-// A successful free of `key` (any category: the record says which).
-void record_free(KeyKind kind, std::uint64_t key);
+// routed: served by the routed cache rather than the driver.
+void record_allocation(KeyKind kind, std::uint64_t key, std::uint64_t bytes, Category category,
+                       bool routed = false);
+// A free in two steps, so that no other thread can be handed the same address between the real
+// free and its bookkeeping (a cache reuses addresses at once): the record is taken out of the
+// table before the real call, then either accounted as freed or put back.
+bool take_record(KeyKind kind, std::uint64_t key, AllocationRecord* out);
+void account_free(const AllocationRecord& record);
+void restore_record(KeyKind kind, std::uint64_t key, const AllocationRecord& record);
+void count_untracked_free();
 void record_failed_allocation(Category category);
 
 void count_intercepted_call();

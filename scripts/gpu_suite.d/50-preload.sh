@@ -18,7 +18,8 @@ preload_gpu_hook() {
     return 0
   fi
   # The shim: part of every build (no CUDA toolkit needed).
-  if ! run_step preload_build 120 "$out/build-shim.log" ninja -C "$BUILD" preload/libvramledger_preload.so; then
+  if ! run_step preload_build 120 "$out/build-shim.log" ninja -C "$BUILD" preload/libvramledger_preload.so \
+       preload/libvramledger_route.so; then
     add_summary "preload GPU checks: FAILED: the shim did not build (preload_gpu/build-shim.log)"
     FAILURES=$((FAILURES + 1))
     return 0
@@ -47,16 +48,16 @@ preload_gpu_hook() {
     FAILURES=$((FAILURES + 1))
     return 0
   fi
-  run_step preload_gpu 180 "$out/run_checks.log" \
+  run_step preload_gpu 240 "$out/run_checks.log" \
     env PYTHONPATH="$stage${PYTHONPATH:+:$PYTHONPATH}" "$python" tests/preload_gpu/run_checks.py \
       --shim "$BUILD/preload/libvramledger_preload.so" \
       --plugin "$stage/vramledger/libvramledger_torch.so" \
       --raw-lib "$bin/libraw_alloc.so" --static-bin "$bin/static_cudart" \
-      --out "$out" --budget 170
+      --out "$out" --budget 230
   local status=$?
   local line
   line=$(grep '^preload_gpu:' "$out/run_checks.log" | tail -n 1)
-  (( status == 124 || status == 137 )) && line="TIMED OUT after 180s; ${line:-no result line}"
+  (( status == 124 || status == 137 )) && line="TIMED OUT after 240s; ${line:-no result line}"
   (( status == 125 )) && line="SKIPPED (suite budget exhausted)"
   add_summary "preload GPU checks: ${line:-no result line (see preload_gpu/run_checks.log)} (exit $status)"
   (( status != 0 )) && FAILURES=$((FAILURES + 1))

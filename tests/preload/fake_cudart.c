@@ -35,6 +35,20 @@ EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
   return 0;
 }
 
+/* Resets the current device's primary context through the driver, as libcudart does. */
+EXPORT cudaError_t cudaDeviceReset(void) {
+  if (load_driver() != 0) return 3;
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  vl_cuGetProcAddress_v2_t get = (vl_cuGetProcAddress_v2_t)dlsym(driver, "cuGetProcAddress_v2");
+  CUresult (*get_device)(int*) = (CUresult (*)(int*))dlsym(driver, "cuCtxGetDevice");
+  void* reset = NULL;
+  int device = 0;
+  if (get("cuDevicePrimaryCtxReset", &reset, 12000, 0, NULL) != 0 || get_device(&device) != 0) {
+    return 3;
+  }
+  return ((CUresult (*)(int))reset)(device) == 0 ? 0 : 1;
+}
+
 EXPORT cudaError_t cudaFree(void* ptr) {
   if (load_driver() != 0) return 3;
   return g_free((CUdeviceptr)ptr) == 0 ? 0 : 1;

@@ -4,6 +4,8 @@
 //           with the shim loaded, also asserts the shim saw and attributed every byte.
 //   torch   dlopen's libc10_cuda.so and checks the shim installed the (fake) plugin and counts
 //           torch's allocations as torch, outside the non-torch total.
+//   route   with VRAMLEDGER_PRELOAD_ROUTE=1: non-torch cuMemAlloc / cudaMalloc served by the routed
+//           cache; every figure still reconciles with the (fake) driver's live bytes.
 //   bench N time per alloc+free pair through direct calls (compare with and without the shim).
 #include <dlfcn.h>
 
@@ -172,6 +174,186 @@ int check_mode() {
   return g_failures == 0 ? 0 : 1;
 }
 
+using ReleaseIdleFn = int64_t (*)();
+
+// The shim's total for non-torch memory must equal what the driver holds, byte for byte: routed
+// allocations in their libraries' lines plus the cache's idle memory, plus unrouted memory.
+void expect_reconciled(const char* where) {
+  const vramledger_preload_stats s = read_stats();
+  if (s.non_torch_current_bytes != fake_cuda_live_bytes()) {
+    std::fprintf(stderr, "at %s:\n", where);
+  }
+  EXPECT_EQ(s.non_torch_current_bytes, fake_cuda_live_bytes());
+  EXPECT_EQ(s.routed_reserved_bytes,
+            s.routed_live_bytes + cat(s, VRAMLEDGER_PRELOAD_ROUTED_CACHE).current_bytes);
+  check_health(s);
+}
+
+void routed_threads() {
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 2000;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &errors] {
+      fake_cuda_make_current(0, 1);  // the current context is per thread
+      std::vector<CUdeviceptr> live;
+      for (int i = 0; i < kIterations; ++i) {
+        CUdeviceptr p = 0;
+        if (cuMemAlloc_v2(&p, 256 + static_cast<size_t>((i * 13 + t) % 4096)) != 0) ++errors;
+        live.push_back(p);
+        if (live.size() > 6) {
+          if (cuMemFree_v2(live.front()) != 0) ++errors;
+          live.erase(live.begin());
+        }
+      }
+      for (CUdeviceptr p : live) {
+        if (cuMemFree_v2(p) != 0) ++errors;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  const vramledger_preload_stats s = read_stats();
+  EXPECT_EQ(s.routed_live_bytes, 0);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).routed_current_bytes, 0);
+  expect_reconciled("after the threads");
+}
+
+int route_mode() {
+  if (shim_stats() == nullptr) {
+    std::fprintf(stderr, "route mode needs the shim\n");
+    return 1;
+  }
+  EXPECT_EQ(read_stats().route_state, 1);
+  // (1) No current context: nothing to route to; the driver serves it and it is counted as usual.
+  fake_cuda_make_current(-1, 0);
+  CUdeviceptr early = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&early, 4000), 0);
+  vramledger_preload_stats s = read_stats();
+  EXPECT_EQ(s.routed_declined, 1);
+  EXPECT_EQ(s.routed_allocations, 0);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).current_bytes, 4000);
+  EXPECT_EQ(fake_cuda_live_bytes(), 4000);
+
+  // (2) The primary context current: served by the cache, attributed to its caller.
+  fake_cuda_make_current(0, 1);
+  CUdeviceptr a = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&a, 1000), 0);
+  s = read_stats();
+  EXPECT_EQ(s.routed_allocations, 1);
+  EXPECT_EQ(s.routed_live_bytes, 1000);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).current_bytes, 5000);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).routed_current_bytes, 1000);
+  const long long segment = fake_cuda_live_bytes() - 4000;  // the cache's first segment
+  EXPECT_EQ(segment > 1000, true);
+  EXPECT_EQ(s.routed_reserved_bytes, segment);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_ROUTED_CACHE).current_bytes, segment - 1000);
+  expect_reconciled("first routed allocation");
+
+  // (3) A free synchronises the device (cudaFree's semantics) and keeps the memory cached.
+  const long long syncs = fake_cuda_synchronizations();
+  EXPECT_EQ(cuMemFree_v2(a), 0);
+  EXPECT_EQ(fake_cuda_synchronizations(), syncs + 1);
+  EXPECT_EQ(fake_cuda_live_bytes(), 4000 + segment);
+  s = read_stats();
+  EXPECT_EQ(s.routed_live_bytes, 0);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).current_bytes, 4000);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_ROUTED_CACHE).current_bytes, segment);
+  expect_reconciled("routed free");
+
+  // (4) Reuse without the driver; the runtime routes too (fake libcudart is never entered).
+  CUdeviceptr b = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&b, 1000), 0);
+  void* runtime = nullptr;
+  EXPECT_EQ(cudaMalloc(&runtime, 3000), 0);
+  EXPECT_EQ(fake_cuda_live_bytes(), 4000 + segment);
+  EXPECT_EQ(read_stats().routed_allocations, 3);
+  expect_reconciled("cache hits");
+
+  // (5) Bad frees are refused with the driver's error and lose nothing: a double free of a
+  // routed block (which could otherwise reach the driver and free the cache's segment) and an
+  // interior pointer.
+  EXPECT_EQ(cuMemFree_v2(b), 0);
+  EXPECT_EQ(cuMemFree_v2(b), 1);
+  EXPECT_EQ(cudaFree(static_cast<char*>(runtime) + 8), 1);
+  EXPECT_EQ(fake_cuda_live_bytes(), 4000 + segment);
+  EXPECT_EQ(read_stats().untracked_frees, 0);
+
+  // (6) A failed synchronisation is returned and the block stays live; the retry frees it.
+  fake_cuda_fail_next_synchronize(700);  // CUDA_ERROR_ILLEGAL_ADDRESS from earlier work
+  EXPECT_EQ(cudaFree(runtime), 700);
+  EXPECT_EQ(read_stats().routed_live_bytes, 3000);
+  EXPECT_EQ(cudaFree(runtime), 0);
+  EXPECT_EQ(read_stats().routed_live_bytes, 0);
+  expect_reconciled("failed synchronisation");
+
+  // (7) Not routed: NCCL (default set), a context the program created, zero-byte calls.
+  CUdeviceptr nccl = 0;
+  EXPECT_EQ(nccl_fake_alloc(1, &nccl, 5000), 0);
+  EXPECT_EQ(cat(read_stats(), VRAMLEDGER_PRELOAD_NCCL).routed_current_bytes, 0);
+  EXPECT_EQ(fake_cuda_live_bytes(), 4000 + segment + 5000);
+  fake_cuda_make_current(0, 0);
+  CUdeviceptr own_context = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&own_context, 700), 0);
+  EXPECT_EQ(read_stats().routed_declined, 2);
+  fake_cuda_make_current(0, 1);
+  CUdeviceptr zero = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&zero, 0), 1);  // the driver's own answer
+  expect_reconciled("unrouted calls");
+
+  // (8) Out of memory: the cache gives back its idle memory and retries, then reports the
+  // driver's error; nothing is recorded.
+  CUdeviceptr kept = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&kept, 100), 0);
+  fake_cuda_set_capacity(fake_cuda_live_bytes() + (1 << 20));
+  CUdeviceptr big = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&big, 64u << 20), 2);
+  void* big_runtime = nullptr;
+  EXPECT_EQ(cudaMalloc(&big_runtime, 64u << 20), 2);
+  s = read_stats();
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).failed_calls, 3);  // with the zero-byte call
+  // Two bad frees, the failed synchronisation, the two refused allocations.
+  EXPECT_EQ(s.routed_failed, 5);
+  fake_cuda_set_capacity(0);
+  EXPECT_EQ(cuMemFree_v2(kept), 0);
+  expect_reconciled("out of memory");
+
+  // (9) Idle memory goes back on request.
+  auto release = reinterpret_cast<ReleaseIdleFn>(
+      dlsym(RTLD_DEFAULT, "vramledger_preload_route_release_idle"));
+  const long long before_release = fake_cuda_live_bytes();
+  const long long released = release != nullptr ? release() : -1;
+  EXPECT_EQ(released > 0, true);
+  EXPECT_EQ(fake_cuda_live_bytes(), before_release - released);
+  EXPECT_EQ(read_stats().routed_reserved_bytes, 0);
+  expect_reconciled("release idle");
+
+  // (10) Threads.
+  routed_threads();
+
+  // (11) A reset frees the context's memory: the cache forgets its segments (without freeing
+  // them) and starts afresh.
+  CUdeviceptr before_reset = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&before_reset, 2000), 0);
+  EXPECT_EQ(cuDevicePrimaryCtxReset_v2(0), 0);
+  s = read_stats();
+  EXPECT_EQ(s.routed_reserved_bytes, 0);
+  EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_ROUTED_CACHE).current_bytes, 0);
+  CUdeviceptr after_reset = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&after_reset, 2000), 0);
+  EXPECT_EQ(read_stats().routed_live_bytes, 2000);
+  EXPECT_EQ(cudaDeviceReset(), 0);
+  EXPECT_EQ(read_stats().routed_reserved_bytes, 0);
+  EXPECT_EQ(fake_cuda_resets(), 2);
+
+  EXPECT_EQ(cuMemFree_v2(early), 0);
+  EXPECT_EQ(cuMemFree_v2(nccl), 0);
+  EXPECT_EQ(cuMemFree_v2(own_context), 0);
+  std::fprintf(stderr, "preload_test route: %d failure(s)\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int torch_mode() {
   void* c10 = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_GLOBAL);
   if (c10 == nullptr) {
@@ -233,6 +415,7 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "check";
   if (std::strcmp(mode, "check") == 0) return check_mode();
   if (std::strcmp(mode, "torch") == 0) return torch_mode();
+  if (std::strcmp(mode, "route") == 0) return route_mode();
   if (std::strcmp(mode, "bench") == 0) return bench_mode(argc > 2 ? std::atol(argv[2]) : 200000);
   std::fprintf(stderr, "usage: preload_test [check|torch|bench N]\n");
   return 2;

@@ -20,6 +20,18 @@ check)
   # The load line can be silenced.
   [ -z "$(LD_PRELOAD="$shim" VRAMLEDGER_PRELOAD_LOG=0 "$test" check 2>&1 >/dev/null | grep vramledger-preload || true)" ]
   ;;
+route)
+  # Routing on (default set): the cache beside the shim serves user cuMemAlloc / cudaMalloc.
+  LD_PRELOAD="$shim" VRAMLEDGER_PRELOAD_ROUTE=1 "$test" route 2>stderr.route || { cat stderr.route; exit 1; }
+  cat stderr.route
+  grep -q '^vramledger-preload: routing cuMemAlloc/cudaMalloc of ' stderr.route || { echo "no routing log line"; exit 1; }
+  # A malformed setting: one clear line, nothing routed, the program unaffected.
+  LD_PRELOAD="$shim" VRAMLEDGER_PRELOAD_ROUTE=cublas,torch "$test" check >/dev/null 2>stderr.bad || { cat stderr.bad; exit 1; }
+  grep -q "NOT routing.*'torch' is not a routable library" stderr.bad || { cat stderr.bad; echo "no refusal line"; exit 1; }
+  LD_PRELOAD="$shim" VRAMLEDGER_PRELOAD_ROUTE=1 VRAMLEDGER_PRELOAD_ROUTE_CONF=round_bytes:3 "$test" check >/dev/null 2>stderr.bad || { cat stderr.bad; exit 1; }
+  grep -q "NOT routing.*ROUTE_CONF" stderr.bad || { cat stderr.bad; echo "no config refusal line"; exit 1; }
+  echo "routing: checks passed, malformed settings refused"
+  ;;
 torch)
   LD_PRELOAD="$shim" VRAMLEDGER_PRELOAD_INSTALL_TORCH=1 VRAMLEDGER_TORCH_PLUGIN="$5" "$test" torch
   ;;

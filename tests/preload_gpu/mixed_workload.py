@@ -37,8 +37,8 @@ import tempfile
 import time
 
 CATEGORIES = ["nccl", "cublas", "cudnn", "triton", "unknown/JIT", "torch", "vramledger", "user",
-              "unknown"]
-NCCL, CUBLAS, CUDNN, TRITON, JIT, TORCH, VRAMLEDGER, USER, UNKNOWN = range(len(CATEGORIES))
+              "unknown", "routed cache (idle)"]
+NCCL, CUBLAS, CUDNN, TRITON, JIT, TORCH, VRAMLEDGER, USER, UNKNOWN, ROUTED_IDLE = range(len(CATEGORIES))
 MiB = 1 << 20
 
 
@@ -47,7 +47,7 @@ MiB = 1 << 20
 class CategoryStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in
                 ("current_bytes", "peak_bytes", "live_allocations", "allocations", "frees",
-                 "failed_calls")]
+                 "failed_calls", "routed_current_bytes")]
 
 
 class ShimStats(ctypes.Structure):
@@ -55,7 +55,8 @@ class ShimStats(ctypes.Structure):
         (name, ctypes.c_int64) for name in
         ("non_torch_current_bytes", "intercepted_calls", "table_capacity", "table_live",
          "table_overflow", "table_overflow_bytes", "untracked_frees", "unwrapped_lookups",
-         "torch_install")]
+         "torch_install", "route_state", "routed_reserved_bytes", "routed_reserved_peak_bytes",
+         "routed_live_bytes", "routed_allocations", "routed_declined", "routed_failed")]
 
 
 def shim_api():
@@ -283,12 +284,13 @@ def find_cudart():
 
 
 def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
-              expect_shim: bool, before_free=None) -> None:
+              expect_shim: bool, before_free=None, expect_route: bool = False) -> None:
     """Allocates known sizes through every path, checks the shim saw exactly them, frees."""
     granularity = raw.granularity()
     before = read_shim(shim)
     live = []       # (free function, key)
     expected = 0    # device bytes
+    routable = 0    # bytes of cudaMalloc / cuMemAlloc calls (VRAMLEDGER_PRELOAD_ROUTE serves them)
     calls = 0       # successful allocating calls (host cuMemCreate included)
 
     def need(status, what):
@@ -299,11 +301,13 @@ def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
     pointer = ctypes.c_void_p()
     size = 5 * MiB + 321
     need(raw.cudart.cudaMalloc(ctypes.byref(pointer), size), "ctypes cudaMalloc")
+    routable += size
     live.append((lambda p=pointer.value: raw.cudart.cudaFree(ctypes.c_void_p(p)), "cudaMalloc"))
     expected += size; calls += 1
     dptr = ctypes.c_uint64()
     size = 3 * MiB + 17
     need(raw.cuda.cuMemAlloc_v2(ctypes.byref(dptr), size), "ctypes cuMemAlloc_v2")
+    routable += size
     live.append((lambda p=dptr.value: raw.cuda.cuMemFree_v2(p), "cuMemAlloc_v2"))
     expected += size; calls += 1
     prop = MemAllocationProp(type=1, location_type=1, location_id=0)  # pinned, device 0
@@ -318,10 +322,12 @@ def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
     fn = ctypes.c_uint64()
     size = 7 * MiB + 5
     need(raw.c.raw_cuda_malloc(ctypes.c_size_t(size), ctypes.byref(out)), "C cudaMalloc")
+    routable += size
     live.append((lambda p=out.value: raw.c.raw_cuda_free(ctypes.c_uint64(p)), "C cudaMalloc"))
     expected += size; calls += 1
     size = 2 * MiB + 999
     need(raw.c.raw_cu_mem_alloc(ctypes.c_size_t(size), ctypes.byref(out)), "C cuMemAlloc")
+    routable += size
     live.append((lambda p=out.value: raw.c.raw_cu_mem_free(ctypes.c_uint64(p)), "C cuMemAlloc"))
     expected += size; calls += 1
     size = 2 * granularity
@@ -331,6 +337,7 @@ def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
     size = 4 * MiB + 3
     need(raw.c.raw_cu_mem_alloc_via_proc_address(ctypes.c_size_t(size), ctypes.byref(out),
                                                  ctypes.byref(fn)), "C cuGetProcAddress cuMemAlloc")
+    routable += size
     figures["cuGetProcAddress_cuMemAlloc_pointer"] = hex(fn.value)
     live.append((lambda p=out.value: raw.c.raw_cu_mem_free_via_proc_address(ctypes.c_uint64(p)),
                  "cuGetProcAddress cuMemAlloc"))
@@ -339,6 +346,7 @@ def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
     need(raw.c.raw_cu_mem_alloc_via_entry_point(ctypes.c_size_t(size), ctypes.byref(out),
                                                 ctypes.byref(fn)),
          "C cudaGetDriverEntryPointByVersion cuMemAlloc")
+    routable += size
     figures["cudaGetDriverEntryPoint_cuMemAlloc_pointer"] = hex(fn.value)
     live.append((lambda p=out.value: raw.c.raw_cu_mem_free(ctypes.c_uint64(p)),
                  "entry-point cuMemAlloc"))
@@ -367,12 +375,31 @@ def raw_phase(raw: RawLibraries, shim, nvml, checks: Checks, figures: dict,
     checks.equal("raw: user bytes seen while live", user_d.current_bytes - user_b.current_bytes,
                  expected, " (ctypes + C, direct + cuGetProcAddress + entry point)")
     checks.equal("raw: user allocating calls seen", user_d.allocations - user_b.allocations, calls)
+    # The routed cache's idle memory moves when it serves the raw calls (checked below).
     others = {CATEGORIES[c]: during.categories[c].current_bytes - before.categories[c].current_bytes
-              for c in range(len(CATEGORIES)) if c != USER}
+              for c in range(len(CATEGORIES)) if c not in (USER, ROUTED_IDLE)}
     checks.equal("raw: no other category moved", {k: v for k, v in others.items() if v}, {})
     checks.equal("raw: user bytes back after the frees", user_a.current_bytes, user_b.current_bytes)
     checks.equal("raw: user frees seen", user_a.frees - user_d.frees, len(live))
     checks.equal("raw: no untracked frees", after.untracked_frees - before.untracked_frees, 0)
+    if expect_route:
+        checks.equal("route: raw cudaMalloc/cuMemAlloc bytes served by the routed cache",
+                     user_d.routed_current_bytes - user_b.routed_current_bytes, routable)
+        checks.equal("route: routed allocations", during.routed_allocations - before.routed_allocations, 6)
+        checks.equal("route: routed bytes back after the frees", user_a.routed_current_bytes,
+                     user_b.routed_current_bytes)
+        checks.equal("route: cache reserved = routed live + idle",
+                     during.routed_reserved_bytes,
+                     during.routed_live_bytes + during.categories[ROUTED_IDLE].current_bytes)
+        checks.equal("route: nothing failed or declined", (after.routed_failed, after.route_state),
+                     (0, 1))
+        figures["route"] = {"reserved": during.routed_reserved_bytes,
+                            "live": during.routed_live_bytes,
+                            "idle_after_frees": after.categories[ROUTED_IDLE].current_bytes,
+                            "declined": after.routed_declined,
+                            "by_library_routed": {CATEGORIES[c]: after.categories[c].routed_current_bytes
+                                                  for c in range(len(CATEGORIES))
+                                                  if after.categories[c].routed_current_bytes}}
     if host_status != 0:
         checks.add("raw: host cuMemCreate holds no device bytes", True,
                    f"skipped: host cuMemCreate unsupported here (status {host_status})")
@@ -501,6 +528,8 @@ def main() -> int:
     parser.add_argument("--nccl-ranks", type=int, choices=(1, 2), default=1,
                         help="2: also NCCL world size 2 in two child processes (needs 2 GPUs)")
     parser.add_argument("--child-timeout", type=int, default=90)
+    parser.add_argument("--expect-route", choices=("yes", "no"), default="no",
+                        help="VRAMLEDGER_PRELOAD_ROUTE=1 is set: raw allocations are routed")
     parser.add_argument("--nccl-child-rank", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--nccl-child-init", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -553,7 +582,8 @@ def main() -> int:
             accounting_checks(torch, vramledger, shim, nvml, checks, figures, "raw memory live",
                               args.expect_allocator, expect_shim, stats)
 
-        raw_phase(raw, shim, nvml, checks, figures, expect_shim, while_live)
+        raw_phase(raw, shim, nvml, checks, figures, expect_shim, while_live,
+                  expect_route=args.expect_route == "yes")
         if expect_shim:
             stats = read_shim(shim)
             cat = stats.categories

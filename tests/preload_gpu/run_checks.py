@@ -14,12 +14,15 @@ Runs, each in a subprocess with a time limit:
       run               vramledger run --no-track-non-torch                   (check 3)
       native+shim       LD_PRELOAD shim, torch's own allocator                 (checks 1, 2, 3)
       native            neither                                                (check 3)
+      preload+route     as preload+install, plus VRAMLEDGER_PRELOAD_ROUTE=1    (checks 1, 2, 3, 7)
     with NCCL world size 2 in the two shim+vramledger set-ups when 2 GPUs are present;
   - check 3: identical outputs in all five, identical torch figures with and without the shim
     (run+shim = run = preload+install; native+shim = native);
   - check 4: static_cudart (nvcc -cudart static) with the shim (allocations seen) and without;
   - check 6: ns per cudaMalloc+cudaFree and cuMemAlloc+cuMemFree of 1 MiB with and without the
-    shim (medians of batches), and a check that every call of the run with the shim was seen.
+    shim (medians of batches), and a check that every call of the run with the shim was seen;
+  - check 7 (routing mode): the raw allocations are served by the routed cache and reconcile
+    (preload+route), static cudart routed, and the same pairs timed with routing on.
 
 Prints a table of checks, writes DIR/results.json and DIR/summary.md with --out, and ends with
 one line "preload_gpu: N passed, N failed, N skipped; ...". Exit status 1 on any failure; 0 with
@@ -118,14 +121,15 @@ def overhead_child(raw_lib: str, batches: int, per_batch: int) -> int:
         stats_fn = ctypes.CDLL(None).vramledger_preload_get_stats
     except AttributeError:
         stats_fn = None
-    # User-category allocation count: offset 7 categories x 6 int64 + allocations (4th field).
-    buffer = (ctypes.c_int64 * 128)()
+    sys.path.insert(0, HERE)
+    from mixed_workload import ShimStats, USER  # the C struct's mirror
+    stats = ShimStats()
 
     def user_allocations():
         if stats_fn is None:
             return None
-        stats_fn(buffer)
-        return buffer[7 * 6 + 3]
+        stats_fn(ctypes.byref(stats))
+        return stats.categories[USER].allocations
 
     out = {"ok": True, "shim": stats_fn is not None, "bytes": MiB, "batches": batches,
            "per_batch": per_batch}
@@ -157,6 +161,7 @@ MODES = {
     "run": ("vramledger", "no", "no", "run_no_track"),
     "native+shim": ("native", "yes", "no", "preload"),
     "native": ("native", "no", "no", "plain"),
+    "preload+route": ("vramledger", "yes", "yes", "preload_route"),
 }
 
 
@@ -181,9 +186,12 @@ def workload_command(args, mode: str, ranks: int, env: dict) -> list:
                 "--expect-shim", shim, "--expect-torch-install", install,
                 "--nccl-ranks", str(ranks if shim == "yes" and allocator == "vramledger" else 1),
                 "--child-timeout", str(args.child_timeout)]
-    if how in ("preload_install", "preload"):
+    if how == "preload_route":
+        env["VRAMLEDGER_PRELOAD_ROUTE"] = "1"
+        workload += ["--expect-route", "yes"]
+    if how in ("preload_install", "preload", "preload_route"):
         env["LD_PRELOAD"] = args.shim
-    if how == "preload_install":
+    if how in ("preload_install", "preload_route"):
         env["VRAMLEDGER_PRELOAD_INSTALL_TORCH"] = "1"
         env["VRAMLEDGER_TORCH_PLUGIN"] = args.plugin
     if how in ("run_track", "run_no_track"):
@@ -206,8 +214,8 @@ def check_workloads(args, report: Report, scratch: str, ranks: int, deadline: fl
     for mode, outcome in runs.items():
         result = outcome["result"] or {}
         failed = [c for c in result.get("checks", []) if not c["ok"]]
-        checks_label = {"preload+install": "1,2,5", "run+shim": "1,2", "native+shim": "1,2"}.get(
-            mode, "3")
+        checks_label = {"preload+install": "1,2,5", "run+shim": "1,2", "native+shim": "1,2",
+                        "preload+route": "1,2,7"}.get(mode, "3")
         detail = (f"exit {outcome['status']} in {outcome['seconds']}s; "
                   f"{len(result.get('checks', []))} checks, "
                   + (f"failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}"
@@ -226,11 +234,12 @@ def check_workloads(args, report: Report, scratch: str, ranks: int, deadline: fl
                      if "vramledger-preload: torch allocator" in line), "no such log line"))
     # Check 3: outputs and torch figures.
     digests = {mode: (r["result"] or {}).get("outputs_sha256") for mode, r in runs.items()}
-    report.add("check 3", "identical outputs in all five set-ups",
+    report.add("check 3", f"identical outputs in all {len(MODES)} set-ups",
                None not in digests.values() and len(set(digests.values())) == 1,
                ", ".join(f"{m}: {(d or 'none')[:12]}" for m, d in digests.items()))
     figures = {mode: (r["result"] or {}).get("torch_figures") for mode, r in runs.items()}
-    for a, b in (("run+shim", "run"), ("preload+install", "run"), ("native+shim", "native")):
+    for a, b in (("run+shim", "run"), ("preload+install", "run"), ("native+shim", "native"),
+                 ("preload+route", "run")):
         report.add("check 3", f"identical torch figures: {a} vs {b}",
                    figures[a] is not None and figures[a] == figures[b],
                    f"{figures[a]} vs {figures[b]}")
@@ -240,14 +249,17 @@ def check_workloads(args, report: Report, scratch: str, ranks: int, deadline: fl
 
 def check_static(args, report: Report, deadline: float) -> dict:
     out = {}
-    for with_shim in (True, False):
+    for with_shim, routed in ((True, False), (False, False), (True, True)):
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         command = [args.static_bin]
         if with_shim:
             env["LD_PRELOAD"] = args.shim
             command.append("--expect-shim")
-        label = "with shim" if with_shim else "without shim"
-        log = os.path.join(args.out, f"static_cudart-{label.replace(' ', '_')}.log") if args.out else None
+        if routed:
+            env["VRAMLEDGER_PRELOAD_ROUTE"] = "1"
+        label = "with shim, routed" if routed else ("with shim" if with_shim else "without shim")
+        log = (os.path.join(args.out, f"static_cudart-{label.replace(',', '').replace(' ', '_')}.log")
+               if args.out else None)
         outcome = run(command, env, min(60, deadline - time.monotonic() - 5), log)
         result = outcome["result"] or {}
         ok = outcome["status"] == 0 and result.get("ok") is True
@@ -260,23 +272,25 @@ def check_static(args, report: Report, deadline: float) -> dict:
             detail = "runs without the shim"
         if not outcome["result"]:
             detail += f"; exit {outcome['status']}, no RESULT; stderr: {outcome['stderr'][-400:]!r}"
-        report.add("check 4", f"static cudart {label}", ok, detail)
+        report.add("check 7" if routed else "check 4", f"static cudart {label}", ok, detail)
         out[label] = {"status": outcome["status"], "result": outcome["result"]}
     return out
 
 
 def check_overhead(args, report: Report, deadline: float) -> dict:
     out = {}
-    for with_shim in (False, True):
+    for with_shim, routed in ((False, False), (True, False), (True, True)):
         env = {k: v for k, v in os.environ.items()
                if k not in ("LD_PRELOAD", "VRAMLEDGER_PRELOAD_INSTALL_TORCH")}
         env["VRAMLEDGER_PRELOAD_LOG"] = "0"
         if with_shim:
             env["LD_PRELOAD"] = args.shim
+        if routed:
+            env["VRAMLEDGER_PRELOAD_ROUTE"] = "1"
         command = [args.python, os.path.abspath(__file__), "--overhead-child", args.raw_lib,
                    "--overhead-batches", str(args.overhead_batches),
                    "--overhead-per-batch", str(args.overhead_per_batch)]
-        label = "with shim" if with_shim else "without shim"
+        label = "routed" if routed else ("with shim" if with_shim else "without shim")
         log = os.path.join(args.out, f"overhead-{label.replace(' ', '_')}.log") if args.out else None
         outcome = run(command, env, min(90, deadline - time.monotonic() - 5), log)
         out[label] = outcome["result"] or {"ok": False, "error": f"exit {outcome['status']}: "
@@ -295,6 +309,20 @@ def check_overhead(args, report: Report, deadline: float) -> dict:
                     f" ns); calls seen {with_['seen_allocations']}/{with_['calls']}")
     report.add("check 6", "overhead per intercepted pair (medians)", ok,
                "; ".join(rows) or str(out))
+    routed_rows = []
+    routed_ok = bool(out["routed"].get("ok"))
+    for name in ("cudaMalloc+cudaFree", "cuMemAlloc+cuMemFree"):
+        without, routed = out["without shim"].get(name), out["routed"].get(name)
+        if not without or not routed:
+            routed_ok = False
+            continue
+        routed_ok = routed_ok and routed["seen_allocations"] == routed["calls"]
+        routed_rows.append(f"{name} 1 MiB routed: {routed['median_ns']:.0f} ns "
+                           f"({without['median_ns'] / max(routed['median_ns'], 1):.1f}x faster than "
+                           f"the driver's {without['median_ns']:.0f} ns); calls seen "
+                           f"{routed['seen_allocations']}/{routed['calls']}")
+    report.add("check 7", "routed pair time (medians)", routed_ok, "; ".join(routed_rows) or str(out))
+    rows.extend(routed_rows)
     out["rows"] = rows
     return out
 
