@@ -107,6 +107,9 @@ Status DriverSegmentBackend::stream_wait_event(StreamHandle stream, EventHandle 
 }
 
 Status DriverSegmentBackend::synchronize_device() {
+  // The allocator's destructor synchronises before giving memory back; after abandon() the
+  // context was reset, so there is nothing to wait for and no call to make on it.
+  if (abandoned_.load(std::memory_order_relaxed)) return Status::ok();
   return in_context("cuCtxSynchronize", [&] { return driver_.ctx_synchronize(); });
 }
 

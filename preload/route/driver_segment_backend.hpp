@@ -32,8 +32,9 @@ class DriverSegmentBackend final : public DeviceBackend {
   // allocator (the routed cache's mutex).
   bool contains(DevicePtr pointer) const;
 
-  // The context was reset: its memory is gone, so from now on frees are not passed to the
-  // driver (the allocator can then be destroyed without touching freed memory).
+  // The context was reset: its memory is gone, so from now on frees, event destruction and
+  // device synchronisation are not passed to the driver (the allocator can then be destroyed
+  // without touching freed memory or the reset context).
   void abandon() { abandoned_.store(true, std::memory_order_relaxed); }
   // The driver's code behind the last failed call (for the caller's CUresult).
   CUresult last_error() const { return last_error_.load(std::memory_order_relaxed); }

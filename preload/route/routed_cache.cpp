@@ -141,7 +141,12 @@ int RoutedCache::free(std::uint64_t pointer) {
     return result;
   }
   DeviceCache* cache = owner_of(pointer);
-  if (cache == nullptr) return kCudaErrorInvalidValue;  // freed by another thread meanwhile
+  if (cache == nullptr) {
+    // Freed by another thread meanwhile (or its device forgotten): an error returned to the
+    // caller, so counted like the other failed calls.
+    ++totals_.failed;
+    return kCudaErrorInvalidValue;
+  }
   try {
     cache->allocator.deallocate(static_cast<DevicePtr>(pointer));
   } catch (const Error& error) {
