@@ -25,6 +25,7 @@ bool RouteDriver::load(vramledger_route_resolve_fn resolve, std::string* missing
   ok &= take(resolve, "cuCtxPopCurrent_v2", &ctx_pop_current, missing);
   ok &= take(resolve, "cuCtxSynchronize", &ctx_synchronize, missing);
   ok &= take(resolve, "cuDevicePrimaryCtxRetain", &primary_ctx_retain, missing);
+  ok &= take(resolve, "cuDevicePrimaryCtxGetState", &primary_ctx_get_state, missing);
   ok &= take(resolve, "cuEventCreate", &event_create, missing);
   ok &= take(resolve, "cuEventDestroy_v2", &event_destroy, missing);
   ok &= take(resolve, "cuEventRecord", &event_record, missing);

@@ -31,6 +31,7 @@ struct RouteDriver {
   CUresult (*ctx_pop_current)(CUcontext*) = nullptr;                 // cuCtxPopCurrent_v2
   CUresult (*ctx_synchronize)() = nullptr;
   CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;    // cuDevicePrimaryCtxRetain
+  CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*event_create)(CUevent*, unsigned int) = nullptr;
   CUresult (*event_destroy)(CUevent) = nullptr;                      // cuEventDestroy_v2
   CUresult (*event_record)(CUevent, CUstream) = nullptr;

@@ -66,6 +66,13 @@ RoutedCache::DeviceCache* RoutedCache::current_device_cache() {
   const auto index = static_cast<std::size_t>(device);
   if (index >= devices_.size()) devices_.resize(index + 1);
   if (devices_[index] == nullptr) {
+    // An inactive primary context cannot be the current one; retaining it would start it (and
+    // spend device memory on it) for a program that only uses contexts of its own.
+    unsigned int flags = 0;
+    int active = 0;
+    if (driver_.primary_ctx_get_state(device, &flags, &active) != kCudaSuccess || active == 0) {
+      return nullptr;
+    }
     // Retained for the rest of the process: the cache's segments live in this context, so it
     // must not be destroyed under them when the program releases its last reference.
     CUcontext primary = nullptr;

@@ -62,8 +62,11 @@ static atomic_llong g_synchronizations;
 static atomic_int g_fail_next_synchronize;
 static atomic_int g_resets;
 
+static atomic_int g_primary_active[2];
+
 EXPORT void fake_cuda_make_current(int device, int primary) {
   t_current = device < 0 ? NULL : primary ? &g_primary[device] : &g_user_context;
+  if (device >= 0 && primary) atomic_store(&g_primary_active[device], 1);
 }
 EXPORT long long fake_cuda_synchronizations(void) { return atomic_load(&g_synchronizations); }
 EXPORT void fake_cuda_fail_next_synchronize(CUresult error) {
@@ -104,6 +107,13 @@ EXPORT CUresult cuCtxSynchronize(void) {
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* out, int device) {
   if (out == NULL || device < 0 || device > 1) return 101; /* CUDA_ERROR_INVALID_DEVICE */
   *out = &g_primary[device];
+  atomic_store(&g_primary_active[device], 1);
+  return 0;
+}
+EXPORT CUresult cuDevicePrimaryCtxGetState(int device, unsigned int* flags, int* active) {
+  if (flags == NULL || active == NULL || device < 0 || device > 1) return 101;
+  *flags = 0;
+  *active = atomic_load(&g_primary_active[device]);
   return 0;
 }
 /* The real reset frees the context's memory; the fake only counts (its memory stays readable). */

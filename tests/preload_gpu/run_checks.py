@@ -265,9 +265,14 @@ def check_static(args, report: Report, deadline: float) -> dict:
         ok = outcome["status"] == 0 and result.get("ok") is True
         if with_shim:
             ok = ok and result.get("shim") is True
+        if routed:
+            ok = ok and result.get("route_state") == 1 and result.get("routed_allocations") == 3
             detail = (f"seen {result.get('seen_bytes')} of {result.get('expected_bytes')} B in "
                       f"{result.get('seen_allocations')} allocations, {result.get('seen_frees')} "
                       f"frees; {result.get('failures') or ''}")
+            if routed:
+                detail += (f"; routing state {result.get('route_state')}, "
+                           f"{result.get('routed_allocations')} of 3 cudaMalloc calls routed")
         else:
             detail = "runs without the shim"
         if not outcome["result"]:

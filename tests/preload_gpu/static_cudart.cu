@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
   const long long seen_frees = user_after.frees - user_live.frees;
   long long other_bytes = 0;  // every category but user: nothing else allocated meanwhile
   for (int c = 0; c < VRAMLEDGER_PRELOAD_CATEGORY_COUNT; ++c) {
-    if (c == VRAMLEDGER_PRELOAD_USER) continue;
+    // The routed cache's idle memory moves when it serves the calls (checked below).
+    if (c == VRAMLEDGER_PRELOAD_USER || c == VRAMLEDGER_PRELOAD_ROUTED_CACHE) continue;
     other_bytes += live.categories[c].current_bytes - before.categories[c].current_bytes;
   }
   if (expect_shim) {
@@ -97,14 +98,30 @@ int main(int argc, char** argv) {
           after.untracked_frees, before.untracked_frees);
     check(after.unwrapped_lookups == 0, "unwrapped lookups", after.unwrapped_lookups, 0);
   }
+  // Routing mode (VRAMLEDGER_PRELOAD_ROUTE=1): the three cudaMalloc calls reach the driver's
+  // cuMemAlloc through the static runtime's entry points and are served by the routed cache
+  // (cudaMallocAsync is stream-ordered and never routed); the books balance while they live.
+  const long long routed = live.routed_allocations - before.routed_allocations;
+  if (expect_shim && live.route_state == 1) {
+    check(routed == 3, "routed allocations", routed, 3);
+    check(user_live.routed_current_bytes - user_before.routed_current_bytes ==
+              static_cast<long long>(expected_bytes),
+          "routed user bytes", user_live.routed_current_bytes - user_before.routed_current_bytes,
+          static_cast<long long>(expected_bytes));
+    const long long idle = live.categories[VRAMLEDGER_PRELOAD_ROUTED_CACHE].current_bytes;
+    check(live.routed_reserved_bytes == live.routed_live_bytes + idle,
+          "routed reserved = live + idle", live.routed_reserved_bytes, live.routed_live_bytes + idle);
+    check(after.routed_failed == 0, "routed calls failed", after.routed_failed, 0);
+  }
   std::printf(
       "RESULT {\"ok\": %s, \"shim\": %s, \"expected_bytes\": %zu, \"seen_bytes\": %lld, "
       "\"seen_allocations\": %lld, \"seen_frees\": %lld, \"other_category_bytes\": %lld, "
       "\"intercepted_calls\": %lld, \"untracked_frees\": %lld, \"unwrapped_lookups\": %lld, "
-      "\"failures\": \"%s\"}\n",
+      "\"route_state\": %lld, \"routed_allocations\": %lld, \"failures\": \"%s\"}\n",
       g_failures.empty() ? "true" : "false", stats_fn ? "true" : "false",
       expected_bytes + async_bytes, seen_bytes, seen_allocations, seen_frees, other_bytes,
       static_cast<long long>(after.intercepted_calls), static_cast<long long>(after.untracked_frees),
-      static_cast<long long>(after.unwrapped_lookups), g_failures.c_str());
+      static_cast<long long>(after.unwrapped_lookups), static_cast<long long>(live.route_state),
+      routed, g_failures.c_str());
   return g_failures.empty() ? 0 : 1;
 }

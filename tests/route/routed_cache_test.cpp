@@ -46,11 +46,11 @@ constexpr CUresult kIllegalAddress = 700;    // CUDA_ERROR_ILLEGAL_ADDRESS
 constexpr CUresult kLaunchFailure = 719;     // CUDA_ERROR_LAUNCH_FAILED
 
 // The 16 driver functions RouteDriver::load asks for.
-constexpr std::array<const char*, 16> kDriverSymbols = {
+constexpr std::array<const char*, 17> kDriverSymbols = {
     "cuMemAlloc_v2",       "cuMemFree_v2",        "cuMemGetInfo_v2",
     "cuDeviceTotalMem_v2", "cuCtxGetCurrent",     "cuCtxGetDevice",
     "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2",  "cuCtxSynchronize",
-    "cuDevicePrimaryCtxRetain", "cuEventCreate",  "cuEventDestroy_v2",
+    "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxGetState", "cuEventCreate",  "cuEventDestroy_v2",
     "cuEventRecord",       "cuEventQuery",        "cuEventSynchronize",
     "cuStreamWaitEvent"};
 
@@ -70,7 +70,16 @@ class FakeDriver {
   static CUcontext user_context() { return handle(2); }
 
   // This thread's current context (cuCtxSetCurrent); the push/pop stack is left alone.
-  static void make_current(CUcontext context) { t_current = context; }
+  static void make_current(CUcontext context) {
+    t_current = context;
+    for (int device = 0; device < kDevices; ++device) {
+      if (context == primary(device)) {
+        std::lock_guard lock(mutex_);
+        primary_active_[static_cast<std::size_t>(device)] = true;
+      }
+    }
+  }
+  static std::int64_t retains() { return locked(retains_); }
   static CUcontext current() { return t_current; }
   static std::size_t stack_depth() { return t_stack.size(); }
 
@@ -89,6 +98,8 @@ class FakeDriver {
     fail_next_sync_ = 0;
     fail_next_alloc_ = 0;
     live_events_ = 0;
+    retains_ = 0;
+    primary_active_ = {};
     resolvable_ = true;
     missing_symbol_.clear();
     sync_hook_ = nullptr;
@@ -192,6 +203,7 @@ class FakeDriver {
         {"cuCtxPopCurrent_v2", as_symbol(&ctx_pop_current)},
         {"cuCtxSynchronize", as_symbol(&ctx_synchronize)},
         {"cuDevicePrimaryCtxRetain", as_symbol(&primary_ctx_retain)},
+        {"cuDevicePrimaryCtxGetState", as_symbol(&primary_ctx_get_state)},
         {"cuEventCreate", as_symbol(&event_create)},
         {"cuEventDestroy_v2", as_symbol(&event_destroy)},
         {"cuEventRecord", as_symbol(&event_record)},
@@ -320,6 +332,17 @@ class FakeDriver {
   static CUresult primary_ctx_retain(CUcontext* out, CUdevice device) {
     if (out == nullptr || device < 0 || device >= kDevices) return 101;  // INVALID_DEVICE
     *out = primary(device);
+    std::lock_guard lock(mutex_);
+    ++retains_;
+    primary_active_[static_cast<std::size_t>(device)] = true;
+    return 0;
+  }
+  // Active once a thread made it current or it was retained (the driver starts it then).
+  static CUresult primary_ctx_get_state(CUdevice device, unsigned int* flags, int* active) {
+    if (flags == nullptr || active == nullptr || device < 0 || device >= kDevices) return 101;
+    std::lock_guard lock(mutex_);
+    *flags = 0;
+    *active = primary_active_[static_cast<std::size_t>(device)] ? 1 : 0;
     return 0;
   }
   // Events complete at once: the fake device has no queue.
@@ -361,6 +384,8 @@ class FakeDriver {
   static inline CUresult fail_next_sync_ = 0;
   static inline CUresult fail_next_alloc_ = 0;
   static inline std::int64_t live_events_ = 0;
+  static inline std::int64_t retains_ = 0;
+  static inline std::array<bool, kDevices> primary_active_{};
   static inline bool resolvable_ = true;
   static inline std::string missing_symbol_;
   static inline std::function<void()> sync_hook_;
@@ -449,6 +474,7 @@ TEST_F(RoutedCacheTest, DeclinesInNonPrimaryContext) {
   EXPECT_EQ(cache_->allocate(4096, &pointer), kDeclined);
   EXPECT_EQ(cache_->allocate(64 * kMiB, &pointer), kDeclined);
   EXPECT_EQ(FakeDriver::alloc_calls(), 0) << "no segment may be made for a declined call";
+  EXPECT_EQ(FakeDriver::retains(), 0) << "an inactive primary context must not be started";
   EXPECT_EQ(cache_->stats().declined, 2);
   EXPECT_EQ(FakeDriver::current(), FakeDriver::user_context());
   EXPECT_EQ(FakeDriver::stack_depth(), 0u);
