@@ -263,10 +263,10 @@ def check_static(args, report: Report, deadline: float) -> dict:
         outcome = run(command, env, min(60, deadline - time.monotonic() - 5), log)
         result = outcome["result"] or {}
         ok = outcome["status"] == 0 and result.get("ok") is True
-        if with_shim:
-            ok = ok and result.get("shim") is True
         if routed:
             ok = ok and result.get("route_state") == 1 and result.get("routed_allocations") == 3
+        if with_shim:
+            ok = ok and result.get("shim") is True
             detail = (f"seen {result.get('seen_bytes')} of {result.get('expected_bytes')} B in "
                       f"{result.get('seen_allocations')} allocations, {result.get('seen_frees')} "
                       f"frees; {result.get('failures') or ''}")
