@@ -1,7 +1,8 @@
 """The `vramledger` command.
 
     vramledger run [--conf CONF] [--report[=PATH]] [--report-on-exit[=PATH]]
-                   [--track-non-torch | --no-track-non-torch] -- python app.py [args...]
+                   [--track-non-torch | --no-track-non-torch] [--route-non-torch[=LIBRARIES]]
+                   -- python app.py [args...]
 
 runs an unmodified program with vramledger installed as torch's CUDA allocator. How: the command
 is started with a bootstrap folder first on PYTHONPATH whose sitecustomize.py (run by every
@@ -22,6 +23,11 @@ preload_library_path: $VRAMLEDGER_PRELOAD_LIBRARY, next to the package, or next 
 tree of $VRAMLEDGER_LIBRARY), off otherwise; --no-track-non-torch turns it off, and
 --track-non-torch fails when the shim is not found.
 
+--route-non-torch turns on the shim's routing mode (VRAMLEDGER_PRELOAD_ROUTE; docs/preload.md):
+other libraries' cudaMalloc / cuMemAlloc are served by a vramledger cache (libvramledger_route.so
+next to the shim). LIBRARIES: 1 (the default set: all but NCCL), all, or a list such as
+cublas,user. It needs the shim, so it implies --track-non-torch.
+
     vramledger where
 
 prints the paths a non-Python integration needs (the shared library for
@@ -41,9 +47,9 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_environment(conf: Optional[str], report: Optional[str], base: dict,
                     process_report: Optional[str] = None,
-                    preload: Optional[str] = None) -> dict:
+                    preload: Optional[str] = None, route: Optional[str] = None) -> dict:
     """The environment `vramledger run` starts the command with. preload: the shim to put
-    first in LD_PRELOAD (None: LD_PRELOAD untouched)."""
+    first in LD_PRELOAD (None: LD_PRELOAD untouched); route: VRAMLEDGER_PRELOAD_ROUTE."""
     env = dict(base)
     paths = [BOOTSTRAP_DIR, PACKAGE_PARENT]
     if env.get("PYTHONPATH"):
@@ -61,6 +67,8 @@ def run_environment(conf: Optional[str], report: Optional[str], base: dict,
         others = [entry for entry in env.get("LD_PRELOAD", "").replace(":", " ").split()
                   if entry != preload]
         env["LD_PRELOAD"] = " ".join([preload] + others)
+    if route is not None:
+        env["VRAMLEDGER_PRELOAD_ROUTE"] = route
     return env
 
 
@@ -99,6 +107,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     run.add_argument("--track-non-torch", action=argparse.BooleanOptionalAction, default=None,
                      help="LD_PRELOAD the shim that counts non-torch CUDA memory by library "
                           "(default: on when libvramledger_preload.so is found)")
+    run.add_argument("--route-non-torch", nargs="?", const="1", default=None, metavar="LIBRARIES",
+                     help="serve other libraries' cudaMalloc/cuMemAlloc from vramledger's cache "
+                          "(the shim's routing mode; LIBRARIES: 1 = all but NCCL (default), all, "
+                          "or e.g. cublas,user)")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sub.add_parser("where", help="print the library and bootstrap paths")
     return parser.parse_args(argv)
@@ -121,11 +133,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not command:
         print("vramledger run: no command given (vramledger run -- python app.py)", file=sys.stderr)
         return 2
-    preload, error = choose_preload(args.track_non_torch)
+    track = args.track_non_torch
+    if args.route_non_torch is not None:
+        if track is False:
+            print("vramledger run: --route-non-torch needs the shim: drop --no-track-non-torch",
+                  file=sys.stderr)
+            return 2
+        track = True
+    preload, error = choose_preload(track)
     if error is not None:
-        print(error, file=sys.stderr)
+        print(error.replace("--track-non-torch", "--route-non-torch")
+              if args.route_non_torch is not None and args.track_non_torch is None else error,
+              file=sys.stderr)
         return 2
-    env = run_environment(args.conf, args.report, os.environ, args.process_report, preload)
+    env = run_environment(args.conf, args.report, os.environ, args.process_report, preload,
+                          args.route_non_torch)
     try:
         os.execvpe(command[0], command, env)
     except OSError as error:

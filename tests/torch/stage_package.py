@@ -37,6 +37,8 @@ def main(argv):
     built += extension
     # The LD_PRELOAD shim next to the package: `vramledger run` then tracks non-torch memory.
     built += glob.glob(os.path.join(build, "preload", "libvramledger_preload.so"))
+    # Its routing mode's cache, which the shim loads from its own folder.
+    built += glob.glob(os.path.join(build, "preload", "libvramledger_route.so"))
     for path in built:
         shutil.copy2(path, package)
     shutil.copy2(os.path.join(REPO, "torch_plugin", "vramledger_c_api.h"), package)

@@ -163,7 +163,8 @@ def test_process_report_at_exit_for_every_device_used(tmp_path):
 
 
 _PRINT_ENV = ("import os; print(os.environ.get('VRAMLEDGER_PROCESS_REPORT', '-'), "
-              "repr(os.environ.get('LD_PRELOAD', '-')))")
+              "repr((os.environ.get('LD_PRELOAD', '-'), "
+              "os.environ.get('VRAMLEDGER_PRELOAD_ROUTE', '-'))))")
 
 
 def _cli(args, tmp_path, **env_extra):
@@ -184,8 +185,10 @@ def _cli(args, tmp_path, **env_extra):
                             cwd=tmp_path)
     if result.returncode != 0 or not result.stdout.strip():
         return result.returncode, None, None, result.stderr
-    report, preload = result.stdout.split(" ", 1)
-    return result.returncode, report, eval(preload), result.stderr
+    report, rest = result.stdout.split(" ", 1)
+    preload, route = eval(rest)
+    _cli.last_route = route  # VRAMLEDGER_PRELOAD_ROUTE the child saw
+    return result.returncode, report, preload, result.stderr
 
 
 def _fake_shim(path):
@@ -246,3 +249,27 @@ def test_cli_without_the_shim(tmp_path):
     assert rc == 0, err
     assert preload == "-"
     assert "missing.so not found: non-torch memory is not tracked" in err
+
+
+def test_cli_route_non_torch(tmp_path):
+    shim = _fake_shim(tmp_path / "lib" / "libvramledger_preload.so")
+    # Default set, a given set, and off unless asked for.
+    rc, _, preload, err = _cli(["run", "--route-non-torch"], tmp_path,
+                               VRAMLEDGER_PRELOAD_LIBRARY=shim)
+    assert rc == 0, err
+    assert (preload, _cli.last_route) == (shim, "1")
+    rc, _, preload, err = _cli(["run", "--route-non-torch", "cublas,user"], tmp_path,
+                               VRAMLEDGER_PRELOAD_LIBRARY=shim)
+    assert rc == 0, err
+    assert (preload, _cli.last_route) == (shim, "cublas,user")
+    rc, _, preload, err = _cli(["run"], tmp_path, VRAMLEDGER_PRELOAD_LIBRARY=shim)
+    assert rc == 0, err
+    assert (preload, _cli.last_route) == (shim, "-")
+    # Routing needs the shim: refused without it, and with --no-track-non-torch.
+    rc, _, _, err = _cli(["run", "--route-non-torch"], tmp_path)
+    assert rc == 2
+    assert "--route-non-torch: libvramledger_preload.so not found" in err
+    rc, _, _, err = _cli(["run", "--route-non-torch", "--no-track-non-torch"], tmp_path,
+                         VRAMLEDGER_PRELOAD_LIBRARY=shim)
+    assert rc == 2
+    assert "--route-non-torch needs the shim" in err
