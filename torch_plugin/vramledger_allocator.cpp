@@ -15,6 +15,7 @@
 #include "allocator/errors.hpp"
 #include "torch_plugin/device_stats.hpp"
 #include "torch_plugin/pool_checkpoint.hpp"
+#include "torch_plugin/routed_cache_release.hpp"
 #include "torch_plugin/snapshot_segments.hpp"
 
 namespace vramledger::torch_plugin {
@@ -192,6 +193,16 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
   // Memory of pools torch released but whose blocks lingered: give it back, then try again.
   if (!pool.is_private() && !any_capture_underway() && state.has_retired_pools()) {
     state.empty_cache({0, 0});
+    try {
+      return pool.policy().allocate(bytes, stream_handle, tag);
+    } catch (const OutOfMemoryError& error) {
+      failure = error.what();
+    } catch (const Error& error) {
+      raise(error, "allocation failed");
+    }
+  }
+  // Other libraries' idle memory in the preload shim's routed cache (routing mode only).
+  if (!pool.is_private() && release_routed_cache_idle() > 0) {
     try {
       return pool.policy().allocate(bytes, stream_handle, tag);
     } catch (const OutOfMemoryError& error) {

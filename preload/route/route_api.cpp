@@ -1,4 +1,6 @@
 // The C functions of libvramledger_route.so (route_api.h). Nothing escapes as an exception.
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -11,6 +13,14 @@ namespace {
 // Created once and never destroyed: the shim's hooks can run during exit, after static
 // destructors, and must still find the cache.
 vramledger::route::RoutedCache* g_cache = nullptr;
+
+// The vramledger torch allocator, when the process has it (loaded RTLD_GLOBAL by the Python
+// package and by the shim's install): its idle memory goes back to the driver.
+bool empty_torch_cache() {
+  using EmptyCache = int (*)();
+  auto empty_cache = reinterpret_cast<EmptyCache>(dlsym(RTLD_DEFAULT, "vramledger_empty_cache"));
+  return empty_cache != nullptr && empty_cache() == 0;
+}
 
 void write_error(char* error, size_t size, const char* message) {
   if (error != nullptr && size > 0) std::snprintf(error, size, "%s", message);
@@ -34,7 +44,7 @@ int vramledger_route_init(vramledger_route_resolve_fn resolve, const char* confi
                   "backend must be auto or cuda_malloc: routed allocations are cuMemAlloc segments");
       return -1;
     }
-    g_cache = new vramledger::route::RoutedCache(resolve, std::move(parsed));
+    g_cache = new vramledger::route::RoutedCache(resolve, std::move(parsed), &empty_torch_cache);
     return 0;
   } catch (const std::exception& e) {
     write_error(error, error_size, e.what());

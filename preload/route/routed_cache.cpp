@@ -41,8 +41,9 @@ int to_cuda_result(const Error& error, const DriverSegmentBackend& backend) {
 
 }  // namespace
 
-RoutedCache::RoutedCache(vramledger_route_resolve_fn resolve, Config config)
-    : resolve_(resolve), config_(std::move(config)) {
+RoutedCache::RoutedCache(vramledger_route_resolve_fn resolve, Config config,
+                         ReleaseElsewhere release_elsewhere)
+    : resolve_(resolve), config_(std::move(config)), release_elsewhere_(std::move(release_elsewhere)) {
   config_.options.use_paged_heap = false;  // cuMemAlloc segments: no virtual memory
 }
 
@@ -94,6 +95,23 @@ RoutedCache::DeviceCache* RoutedCache::owner_of(std::uint64_t pointer) const {
 
 int RoutedCache::allocate(std::uint64_t bytes, std::uint64_t* out) {
   if (out == nullptr || bytes == 0) return VRAMLEDGER_ROUTE_DECLINED;  // the driver's own error
+  // The allocator has already given this cache's idle memory back and retried; memory the torch
+  // allocator holds idle would have served the program without routing, so ask for it too.
+  int result = attempt_allocation(bytes, out);
+  if (result == kCudaErrorOutOfMemory && release_elsewhere_ && release_elsewhere_()) {
+    result = attempt_allocation(bytes, out);
+  }
+  std::lock_guard lock(mutex_);
+  if (result == kCudaSuccess) {
+    ++totals_.allocations;
+  } else if (result != VRAMLEDGER_ROUTE_DECLINED) {
+    ++totals_.failed;
+  }
+  refresh_totals();  // an out-of-memory retry may have released cached segments
+  return result;
+}
+
+int RoutedCache::attempt_allocation(std::uint64_t bytes, std::uint64_t* out) {
   std::lock_guard lock(mutex_);
   DeviceCache* cache = nullptr;
   try {
@@ -103,17 +121,12 @@ int RoutedCache::allocate(std::uint64_t bytes, std::uint64_t* out) {
       return VRAMLEDGER_ROUTE_DECLINED;
     }
     *out = cache->allocator.allocate(static_cast<std::size_t>(bytes), kLegacyStream);
+    return kCudaSuccess;
   } catch (const Error& error) {
-    ++totals_.failed;
-    refresh_totals();  // an out-of-memory retry may have released cached segments
     return cache != nullptr ? to_cuda_result(error, cache->backend) : kCudaErrorUnknown;
   } catch (...) {
-    ++totals_.failed;
     return kCudaErrorOutOfMemory;  // std::bad_alloc of the host-side bookkeeping
   }
-  ++totals_.allocations;
-  refresh_totals();
-  return kCudaSuccess;
 }
 
 int RoutedCache::free(std::uint64_t pointer) {

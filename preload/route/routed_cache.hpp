@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,7 +23,12 @@ namespace vramledger::route {
 
 class RoutedCache {
  public:
-  RoutedCache(vramledger_route_resolve_fn resolve, Config config);
+  // Asks the process's other vramledger cache (the torch allocator) to give its idle memory back
+  // to the driver; true when it may have freed something. Called without the cache's lock.
+  using ReleaseElsewhere = std::function<bool()>;
+
+  RoutedCache(vramledger_route_resolve_fn resolve, Config config,
+              ReleaseElsewhere release_elsewhere = nullptr);
   ~RoutedCache();
 
   // CUresult, or VRAMLEDGER_ROUTE_DECLINED.
@@ -39,6 +45,8 @@ class RoutedCache {
   bool driver_ready();
   // The cache of the device whose primary context is current, or nullptr (declined).
   DeviceCache* current_device_cache();
+  // One allocation attempt under the lock: CUresult or declined; counts nothing but declines.
+  int attempt_allocation(std::uint64_t bytes, std::uint64_t* out);
   DeviceCache* owner_of(std::uint64_t pointer) const;
   bool inside_segment(std::uint64_t pointer) const;
   // Recomputes reserved / idle and their peaks; mutex_ held.
@@ -46,6 +54,7 @@ class RoutedCache {
 
   vramledger_route_resolve_fn resolve_;
   Config config_;
+  ReleaseElsewhere release_elsewhere_;
   RouteDriver driver_;
   bool driver_loaded_ = false;
   mutable std::mutex mutex_;

@@ -22,7 +22,9 @@ Runs, each in a subprocess with a time limit:
   - check 6: ns per cudaMalloc+cudaFree and cuMemAlloc+cuMemFree of 1 MiB with and without the
     shim (medians of batches), and a check that every call of the run with the shim was seen;
   - check 7 (routing mode): the raw allocations are served by the routed cache and reconcile
-    (preload+route), static cudart routed, and the same pairs timed with routing on.
+    (preload+route), static cudart routed, and the same pairs timed with routing on;
+  - check 8 (routing mode, alone on the GPU): memory idle in the routed cache serves torch, and
+    memory idle in torch's cache serves a routed cudaMalloc (route_pressure.py).
 
 Prints a table of checks, writes DIR/results.json and DIR/summary.md with --out, and ends with
 one line "preload_gpu: N passed, N failed, N skipped; ...". Exit status 1 on any failure; 0 with
@@ -282,6 +284,26 @@ def check_static(args, report: Report, deadline: float) -> dict:
     return out
 
 
+def check_pressure(args, report: Report, deadline: float) -> dict:
+    env = base_env(args, tempfile.gettempdir(), "pressure")
+    env.update(LD_PRELOAD=args.shim, VRAMLEDGER_PRELOAD_ROUTE="1",
+               VRAMLEDGER_PRELOAD_INSTALL_TORCH="1", VRAMLEDGER_TORCH_PLUGIN=args.plugin)
+    command = [args.python, os.path.join(HERE, "route_pressure.py"), "--raw-lib", args.raw_lib]
+    log = os.path.join(args.out, "route_pressure.log") if args.out else None
+    outcome = run(command, env, min(90, deadline - time.monotonic() - 5), log)
+    result = outcome["result"] or {}
+    failed = [c for c in result.get("checks", []) if not c["ok"]]
+    detail = (f"exit {outcome['status']}; {len(result.get('checks', []))} checks, "
+              + (f"failed: {'; '.join(c['name'] + ': ' + c['detail'] for c in failed)}"
+                 if failed else "none failed")
+              + f"; X = {result.get('figures', {}).get('x_bytes')} B")
+    if not outcome["result"]:
+        detail += f"; no RESULT; stderr: {outcome['stderr'][-500:]!r}"
+    report.add("check 8", "idle memory moves between the routed and torch caches",
+               outcome["status"] == 0 and result.get("ok") is True, detail)
+    return {"status": outcome["status"], "result": outcome["result"]}
+
+
 def check_overhead(args, report: Report, deadline: float) -> dict:
     out = {}
     for with_shim, routed in ((False, False), (True, False), (True, True)):
@@ -396,6 +418,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="preload_gpu-") as scratch:
         results["workloads"] = check_workloads(args, report, scratch, min(gpus, 2), deadline)
+    results["route_pressure"] = check_pressure(args, report, deadline)
     results["static_cudart"] = check_static(args, report, deadline)
     results["overhead"] = check_overhead(args, report, deadline)
     write_outputs(args, report, results)

@@ -691,6 +691,52 @@ TEST_F(RoutedCacheTest, FreeRacingAnotherFreeOfTheSamePointerFailsAndIsCounted) 
 
 // ------------------------------------------------------------------------------ out of memory
 
+// Memory another vramledger cache of the process (the torch allocator) holds idle would have
+// served the call without routing: on out of memory the cache asks for it once, then retries.
+TEST_F(RoutedCacheTest, OutOfMemoryAsksTheOtherCacheOnceThenRetries) {
+  CUdeviceptr held_elsewhere = 0;  // stands for the torch allocator's idle segment
+  int asked = 0;
+  bool frees_something = true;
+  auto* driver_alloc = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t)>(
+      FakeDriver::resolve("cuMemAlloc_v2"));
+  auto* driver_free = reinterpret_cast<CUresult (*)(CUdeviceptr)>(
+      FakeDriver::resolve("cuMemFree_v2"));
+  cache_ = std::make_unique<RoutedCache>(&FakeDriver::resolve, Config{}, [&] {
+    ++asked;
+    if (!frees_something || held_elsewhere == 0) return false;
+    EXPECT_EQ(driver_free(held_elsewhere), 0);
+    held_elsewhere = 0;
+    return true;
+  });
+  FakeDriver::make_current(FakeDriver::primary(0));
+  FakeDriver::set_capacity(0, 24 * kMiB);
+  ASSERT_EQ(driver_alloc(&held_elsewhere, 16 * kMiB), 0);
+
+  // 16 MiB cannot fit next to the other cache's 16 MiB: asked once, then served.
+  const std::uint64_t served = alloc(16 * kMiB);
+  EXPECT_NE(served, 0u);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(held_elsewhere, 0u);
+  vramledger_route_stats s = cache_->stats();
+  EXPECT_EQ(s.failed, 0);
+  EXPECT_EQ(s.allocations, 1);
+  EXPECT_TRUE(Consistent(*cache_, 16 * kMiB));
+
+  // Nothing more to give: asked once more, and the error is the driver's out of memory.
+  frees_something = false;
+  std::uint64_t pointer = 0;
+  EXPECT_EQ(cache_->allocate(16 * kMiB, &pointer), 2);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(cache_->stats().failed, 1);
+  // Other errors and declined calls do not ask.
+  FakeDriver::make_current(nullptr);
+  EXPECT_EQ(cache_->allocate(kKiB, &pointer), kDeclined);
+  EXPECT_EQ(asked, 2);
+  FakeDriver::make_current(FakeDriver::primary(0));
+  EXPECT_EQ(cache_->free(served), 0);
+  EXPECT_TRUE(Consistent(*cache_, 0));
+}
+
 TEST_F(RoutedCacheTest, OutOfMemoryReleasesCacheRetriesThenFails) {
   FakeDriver::make_current(FakeDriver::primary(0));
   FakeDriver::set_capacity(0, 24 * kMiB);
