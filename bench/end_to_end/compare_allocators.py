@@ -27,6 +27,11 @@ Workloads:
   gpt2_generate   GPT-2 small fp16, greedy model.generate (growing KV cache), batch 1..16,
                   prompt 16..256, 8..64 new tokens
   resnet50_train  torchvision ResNet-50, channels-last, fp32, SGD, batch 32..128, 224x224
+  vit_train       torchvision ViT-Base/16, bf16 autocast, AdamW, batch 16..96, 224x224
+  t5_train        T5 (6+6 layers, d_model 512), bf16 autocast, AdamW, batch 16, source 64..512
+                  and target 16..128 tokens
+  two_stream_train  ResNet-50 as above, inputs made on a side stream and handed to the main one
+                  with an event and record_stream (their frees wait on the other stream)
 
 Per run: peak reserved (torch.cuda.max_memory_reserved), peak requested
 (memory_stats()["requested_bytes.all.peak"]) and peak allocated, their ratio, per-step wall times

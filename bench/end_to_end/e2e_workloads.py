@@ -144,6 +144,87 @@ def _resnet50_step(torch, state, shape):
     return loss.detach()
 
 
+def _resnet50_side_stream_step(torch, state, shape):
+    """Inputs made on a side stream (as a data loader's copy stream would), handed to the main
+    stream with an event and record_stream: their blocks are freed while the other stream may
+    still use them, which an allocator must not reuse too early or hold too long."""
+    main = torch.cuda.current_stream()
+    side = state.setdefault("side_stream", torch.cuda.Stream())
+    generator = state.setdefault("side_generator", torch.Generator(device="cuda"))
+    if "seeded" not in state:
+        generator.manual_seed(1234)
+        state["seeded"] = True
+    with torch.cuda.stream(side):
+        side.wait_stream(main)  # the previous step's reads of the last batch are ordered first
+        raw = torch.randint(0, 256, (shape["batch"], shape["size"], shape["size"], 3),
+                            dtype=torch.uint8, device="cuda", generator=generator)
+        x = (raw.permute(0, 3, 1, 2).float() / 255.0).contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (shape["batch"],), device="cuda", generator=generator)
+        del raw
+    main.wait_stream(side)
+    x.record_stream(main)
+    y.record_stream(main)
+    loss = class_loss(torch, state["model"](x), y)
+    loss.backward()
+    state["opt"].step()
+    state["opt"].zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def _vit_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
+    return [{"batch": rng.choice([16, 32, 48, 64, 96])} for _ in range(steps)]
+
+
+def _vit_build(torch) -> Dict[str, Any]:
+    import torchvision
+
+    model, built_on = build_on_gpu(torch, lambda: torchvision.models.vit_b_16(weights=None))
+    model.train()
+    return {"model": model, "built_on": built_on,
+            "opt": torch.optim.AdamW(model.parameters(), lr=1e-4)}
+
+
+def _vit_step(torch, state, shape):
+    x = torch.randn(shape["batch"], 3, 224, 224, device="cuda")
+    y = torch.randint(0, 1000, (shape["batch"],), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = state["model"](x)
+    loss = class_loss(torch, logits, y)
+    loss.backward()
+    state["opt"].step()
+    state["opt"].zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def _t5_schedule(rng: random.Random, steps: int) -> List[Dict[str, int]]:
+    return [{"batch": 16, "source": rng.choice(range(64, 513, 32)),
+             "target": rng.choice(range(16, 129, 16))} for _ in range(steps)]
+
+
+def _t5_build(torch) -> Dict[str, Any]:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(d_model=512, d_ff=2048, d_kv=64, num_layers=6, num_decoder_layers=6,
+                      num_heads=8, vocab_size=32128, decoder_start_token_id=0, pad_token_id=0)
+    model, built_on = build_on_gpu(torch, lambda: T5ForConditionalGeneration(config))
+    model.train()
+    return {"model": model, "opt": torch.optim.AdamW(model.parameters(), lr=1e-4),
+            "vocab": config.vocab_size, "built_on": built_on}
+
+
+def _t5_step(torch, state, shape):
+    source = torch.randint(1, state["vocab"], (shape["batch"], shape["source"]), device="cuda")
+    target = torch.randint(1, state["vocab"], (shape["batch"], shape["target"]), device="cuda")
+    decoder_input = torch.nn.functional.pad(target[:, :-1], (1, 0))  # shifted right, start 0
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = state["model"](input_ids=source, decoder_input_ids=decoder_input).logits
+    loss = class_loss(torch, logits, target)
+    loss.backward()
+    state["opt"].step()
+    state["opt"].zero_grad(set_to_none=True)
+    return loss.detach()
+
+
 WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
     Workload("gpt2_train", "GPT-2 small training, bf16 autocast, AdamW, batch 8, seq 128-1024",
              12, 3, "loss_hex", _gpt2_train_schedule, _gpt2_train_build,
@@ -156,5 +237,13 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
              _gpt2_generate_build, _gpt2_generate_step),
     Workload("resnet50_train", "ResNet-50 training, channels-last, fp32, SGD, batch 32-128",
              12, 3, "loss_hex", _resnet50_schedule, _resnet50_build, _resnet50_step),
+    Workload("vit_train", "ViT-Base/16 training, bf16 autocast, AdamW, batch 16-96, 224 px",
+             12, 3, "loss_hex", _vit_schedule, _vit_build, _vit_step),
+    Workload("t5_train", "T5 (6+6 layers, d_model 512) training, bf16 autocast, AdamW, batch 16, "
+             "source 64-512, target 16-128 tokens", 12, 3, "loss_hex", _t5_schedule, _t5_build,
+             _t5_step),
+    Workload("two_stream_train", "ResNet-50 training with inputs made on a side stream and "
+             "handed over with record_stream, batch 32-128", 12, 3, "loss_hex",
+             _resnet50_schedule, _resnet50_build, _resnet50_side_stream_step),
 ]}
 QUICK_WORKLOADS = ["gpt2_train", "resnet50_train"]

@@ -220,7 +220,7 @@ def test_dry_run_prints_every_process(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = [l for l in done.stdout.splitlines() if "--child" in l]
     assert len(lines) == len(ca.WORKLOADS) * len(ca.ALLOCATORS)
-    assert sum("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" in l for l in lines) == 4
+    assert sum("PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync" in l for l in lines) == len(ca.WORKLOADS)
     assert not (tmp_path / "compare_allocators.json").exists()
 
 
@@ -232,7 +232,9 @@ def test_all_identical(tmp_path, fake_python):
     done = run_script("compare_allocators.py", fake_python, out, "--commit", "abc123")
     assert done.returncode == 0, done.stdout + done.stderr
     doc = load(out)
-    assert len(doc["runs"]) == 24 and all(r["status"] == "ok" for r in doc["runs"])
+    runs = len(ca.WORKLOADS) * len(ca.ALLOCATORS)
+    workloads = len(ca.WORKLOADS)
+    assert len(doc["runs"]) == runs and all(r["status"] == "ok" for r in doc["runs"])
     assert all(c["identical"] is True for c in doc["comparisons"])
     assert doc["meta"]["commit"] == "abc123"
     # malloc_async counts no requested bytes: its ratio is against native's requested peak.
@@ -244,18 +246,19 @@ def test_all_identical(tmp_path, fake_python):
     assert ours["derived"]["peak_reserved_vs_native"] == pytest.approx(0.85)
     md = (out / "compare_allocators.md").read_text()
     assert "| gpt2_train | 10.00 GiB · 1.250 · " in md
-    assert md.split("## Workloads")[0].count("| yes |") == 4   # the main table
+    assert md.split("## Workloads")[0].count("| yes |") == workloads   # the main table
     assert "1.188*" in md                       # malloc_async's ratio, marked
     svg = ET.fromstring((out / "compare_allocators.svg").read_text())
     bars = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect") if e.find(
         "{http://www.w3.org/2000/svg}title") is not None]
-    assert len(bars) == 3 * 24                  # three panels, every run
+    assert len(bars) == 3 * runs                # three panels, every run
     summary = done.stdout.strip().splitlines()[-1]
-    assert summary == ("SUMMARY 24/24 runs ok; vramledger: identical to native 4/4, peak "
-                       "reserved vs native -15.0%, median step +0.0%; vramledger-pages: "
-                       "identical to native 4/4, peak reserved vs native -15.0%, median step "
+    n = workloads
+    assert summary == (f"SUMMARY {runs}/{runs} runs ok; vramledger: identical to native {n}/{n}, "
+                       "peak reserved vs native -15.0%, median step +0.0%; vramledger-pages: "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-cuda_malloc: "
-                       "identical to native 4/4, peak reserved vs native -15.0%, median step "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%")
     assert (out / "logs" / "gpt2_train.native.log").exists()
 
