@@ -41,8 +41,8 @@ struct KeySpec {
   SizeRule size;
 };
 
-const std::array<KeySpec, 14>& key_table() {
-  static const std::array<KeySpec, 14> table = {{
+const std::array<KeySpec, 15>& key_table() {
+  static const std::array<KeySpec, 15> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -88,6 +88,10 @@ const std::array<KeySpec, 14>& key_table() {
        ValueKind::kSize,
        {&AllocatorOptions::map_chunk_bytes, kMiB, "MiB", "a chunk holds at least one page",
         false, false}},
+      {"cross_stream_slack_pct",
+       "cross_stream_slack_pct",
+       ValueKind::kSize,
+       {&AllocatorOptions::cross_stream_slack_percent, 1, "percent", nullptr, false, false}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,

@@ -16,6 +16,8 @@
 //   max_free_physical_mb  free physical pages kept, MiB, or `unlimited` (0 = release at once)
 //   map_chunk_mb          paged heap: largest physical chunk created and mapped at once, MiB
 //                         (> 0; at most one page = map page by page)
+//   cross_stream_slack_pct  paged heap: grow up to this percentage above the peak of active
+//                         bytes before taking idle pages from another stream (0 = always take)
 //   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
 //   paged_heap            true | false (case-insensitive)
 //

@@ -470,6 +470,60 @@ TEST_F(PagedHeapTest, FreedPagesServeOtherStreamsWithoutNewMemory) {
   allocator_.deallocate(q);
 }
 
+std::size_t mapped_bytes_of(const CachingAllocator& allocator, StreamHandle stream) {
+  std::size_t mapped = 0;
+  for (const SegmentInfo& segment : allocator.segments()) {
+    if (segment.stream == stream) mapped += segment.mapped_bytes;
+  }
+  return mapped;
+}
+
+// Idle pages of the requesting stream go first: taking another stream's costs an unmap there
+// and a map here, and streams that pass work to each other would trade pages at every step.
+TEST_F(PagedHeapTest, OwnIdlePagesAreTakenBeforeAnotherStreams) {
+  const DevicePtr keep = allocator_.allocate(2 * kMiB, 0);  // stream 0 is scanned first
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr a1 = allocator_.allocate(64 * kMiB, side);
+  const DevicePtr a2 = allocator_.allocate(64 * kMiB, side);
+  const DevicePtr b1 = allocator_.allocate(64 * kMiB, 0);
+  allocator_.deallocate(b1);  // 64 MiB idle on stream 0
+  allocator_.deallocate(a1);  // a 64 MiB idle hole on the side stream
+  const std::size_t stream0_mapped = mapped_bytes_of(allocator_, 0);
+  const DevicePtr a3 = allocator_.allocate(66 * kMiB, side);  // not in the hole: 33 pages to map
+  EXPECT_TRUE(device_.is_range_accessible(a3, 66 * kMiB));
+  EXPECT_EQ(mapped_bytes_of(allocator_, 0), stream0_mapped)
+      << "the side stream's own idle pages should have been taken, not stream 0's";
+  for (DevicePtr p : {keep, a2, a3}) allocator_.deallocate(p);
+}
+
+// cross_stream_slack_percent: grow within the slack rather than take another stream's pages.
+TEST(PagedHeapCrossStreamSlack, GrowsWithinTheSlackInsteadOfTakingAnotherStreamsPages) {
+  for (const std::size_t slack : {std::size_t{0}, std::size_t{100}}) {
+    SCOPED_TRACE("slack " + std::to_string(slack));
+    SimulatedDevice device{SimulatedDeviceOptions{}};
+    Ledger ledger;
+    AllocatorOptions options;
+    options.cross_stream_slack_percent = slack;
+    CachingAllocator allocator(device, &ledger, options);
+    allocator.deallocate(allocator.allocate(64 * kMiB, 0));  // 64 MiB idle on stream 0
+    const StreamHandle side = device.create_stream();
+    const DevicePtr p = allocator.allocate(64 * kMiB, side);
+    const auto reserved =
+        ledger.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+    if (slack == 0) {
+      EXPECT_EQ(reserved, 64 * static_cast<std::int64_t>(kMiB)) << "stream 0's pages moved";
+      EXPECT_EQ(mapped_bytes_of(allocator, 0), 0u);
+    } else {
+      // Peak active 64 MiB, slack 100%: 128 MiB may be held, so the side stream grows.
+      EXPECT_EQ(reserved, 128 * static_cast<std::int64_t>(kMiB));
+      EXPECT_EQ(mapped_bytes_of(allocator, 0), 64 * kMiB);
+    }
+    const BlockCensus census = allocator.census();
+    EXPECT_TRUE(check_consistency(ledger, census).ok());
+    allocator.deallocate(p);
+  }
+}
+
 // With the device full, a need for one page is met from idle memory held in larger chunks: the
 // chunk is unmapped, given back to the driver, and a chunk of the right size created.
 TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerOnes) {
