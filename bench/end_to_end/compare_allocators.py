@@ -19,6 +19,9 @@ Allocators:
   malloc_async            PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   vramledger              vramledger.install("backend:vmm") before any CUDA allocation
   vramledger-pages        the same, page by page (map_chunk_mb:2): the packing chunks trade away
+  vramledger-noslack      the same with cross_stream_slack_pct:0: a stream takes another stream's
+                          idle pages rather than grow (the default grows within 2% above the peak
+                          of active bytes first)
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:
