@@ -123,6 +123,9 @@ int RoutedCache::attempt_allocation(std::uint64_t bytes, std::uint64_t* out) {
     *out = cache->allocator.allocate(static_cast<std::size_t>(bytes), kLegacyStream);
     return kCudaSuccess;
   } catch (const Error& error) {
+    // A size beyond what the allocator can describe is one no device could hold: the driver
+    // answers cuMemAlloc with out of memory there, not with an invalid value.
+    if (error.code() == ErrorCode::kInvalidArgument) return kCudaErrorOutOfMemory;
     return cache != nullptr ? to_cuda_result(error, cache->backend) : kCudaErrorUnknown;
   } catch (...) {
     return kCudaErrorOutOfMemory;  // std::bad_alloc of the host-side bookkeeping

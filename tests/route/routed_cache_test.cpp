@@ -693,6 +693,20 @@ TEST_F(RoutedCacheTest, FreeRacingAnotherFreeOfTheSamePointerFailsAndIsCounted) 
 
 // Memory another vramledger cache of the process (the torch allocator) holds idle would have
 // served the call without routing: on out of memory the cache asks for it once, then retries.
+// Sizes no device could hold get the driver's answer (out of memory), and nothing changes.
+TEST_F(RoutedCacheTest, ImpossibleSizesAreOutOfMemory) {
+  FakeDriver::make_current(FakeDriver::primary(0));
+  for (const std::uint64_t bytes : {std::uint64_t{1} << 50, ~std::uint64_t{0}, ~std::uint64_t{0} - 511}) {
+    SCOPED_TRACE(bytes);
+    std::uint64_t pointer = 0;
+    EXPECT_EQ(cache_->allocate(bytes, &pointer), 2);
+    EXPECT_EQ(pointer, 0u);
+  }
+  EXPECT_EQ(cache_->stats().failed, 3);
+  EXPECT_EQ(cache_->stats().allocations, 0);
+  EXPECT_TRUE(Consistent(*cache_, 0));
+}
+
 TEST_F(RoutedCacheTest, OutOfMemoryAsksTheOtherCacheOnceThenRetries) {
   CUdeviceptr held_elsewhere = 0;  // stands for the torch allocator's idle segment
   int asked = 0;
