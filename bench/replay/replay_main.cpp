@@ -20,6 +20,7 @@
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
+#include "bench/replay/simulated_gpu_lag.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -31,6 +32,7 @@ struct Options {
   double capacity_gib = 143771.0 / 1024.0;  // an H200
   bool report = false;
   bool check = false;
+  std::size_t gpu_lag_ops = 0;
 };
 
 std::string trace_name(const std::string& path) {
@@ -75,8 +77,20 @@ int run(const Options& options) {
       ReplayDevice device(config.backend, options.capacity_gib);
       Ledger ledger;
       auto allocator = std::make_unique<CachingAllocator>(device.backend(), &ledger, config.options);
+      std::unique_ptr<SimulatedGpuLag> lag;
+      if (options.gpu_lag_ops > 0 && device.simulated() != nullptr) {
+        std::vector<StreamHandle> streams;
+        for (std::uint32_t k = 0; k < trace.stream_handles.size(); ++k) {
+          streams.push_back(device.stream(k));
+        }
+        lag = std::make_unique<SimulatedGpuLag>(*device.simulated(), streams, options.gpu_lag_ops);
+      }
       const ReplayResult result = replay_workload(
-          trace, *allocator, ledger, [&](std::uint32_t k) { return device.stream(k); });
+          trace, *allocator, ledger, [&](std::uint32_t k) { return device.stream(k); },
+          [&] {
+            if (lag) lag->after_operation();
+          });
+      lag.reset();  // the GPU catches up before the census below
       std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
                   describe_policy(config, device.backend()).c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
@@ -127,6 +141,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--report", options.report, "print the ledger's account after each trace");
   app.add_flag("--check", options.check, "check the ledger against a recount after each replay");
+  app.add_option("--gpu-lag-ops", options.gpu_lag_ops,
+                 "simulated device only: the GPU runs behind the CPU, completing queued work once "
+                 "every N replayed operations (0: at once)");
   CLI11_PARSE(app, argc, argv);
   if (options.confs.empty()) options.confs = {"", "paged_heap:false"};
   try {

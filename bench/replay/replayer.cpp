@@ -8,7 +8,8 @@ namespace vramledger {
 
 ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
                              const Ledger& ledger,
-                             const std::function<StreamHandle(std::uint32_t)>& stream_for) {
+                             const std::function<StreamHandle(std::uint32_t)>& stream_for,
+                             const std::function<void()>& after_operation) {
   std::vector<StreamHandle> streams(trace.stream_handles.size());
   for (std::uint32_t i = 0; i < streams.size(); ++i) streams[i] = stream_for(i);
   std::vector<DevicePtr> pointers(trace.max_id + 1, 0);
@@ -44,6 +45,7 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
         // Other streams still use it: its memory stays taken until the completion record.
         break;
     }
+    if (after_operation) after_operation();
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.operations = trace.ops.size();

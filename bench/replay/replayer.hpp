@@ -30,9 +30,11 @@ struct ReplayResult {
 };
 
 // `stream_for(index)` gives the backend stream standing for the trace's stream `index`.
+// `after_operation`, when given, runs after each replayed operation (e.g. SimulatedGpuLag).
 // Allocations still live at the end of the trace are freed afterwards (not counted in time).
 ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
                              const Ledger& ledger,
-                             const std::function<StreamHandle(std::uint32_t)>& stream_for);
+                             const std::function<StreamHandle(std::uint32_t)>& stream_for,
+                             const std::function<void()>& after_operation = nullptr);
 
 }  // namespace vramledger
