@@ -16,7 +16,10 @@ constexpr const char* kExportedNames[kFnCount] = {
     "cuMemRelease", "cuDevicePrimaryCtxReset_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
     "cudaMalloc", "cudaFree", "cudaMallocPitch", "cudaMallocManaged", "cudaMallocAsync",
     "cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaDeviceReset", "cudaGetDriverEntryPoint",
-    "cudaGetDriverEntryPointByVersion"};
+    "cudaGetDriverEntryPointByVersion", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
+    "cudaFreeAsync_ptsz"};
+
+static_assert(kExportedNames[kFnCount - 1] != nullptr, "a name for every Fn");
 
 std::atomic<void*> g_real[kFnCount][kVariants];
 

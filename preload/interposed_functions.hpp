@@ -40,6 +40,9 @@ enum class Fn : int {
   kCudaDeviceReset,
   kCudaGetDriverEntryPoint,
   kCudaGetDriverEntryPointByVersion,
+  kCudaMallocAsyncPtsz,  // the per-thread-default-stream twins (same arguments)
+  kCudaMallocFromPoolAsyncPtsz,
+  kCudaFreeAsyncPtsz,
   kCount,
   kNone = -1
 };

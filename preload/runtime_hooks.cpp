@@ -92,9 +92,11 @@ cudaError_t cuda_malloc_managed(int v, void** ptr, size_t size, unsigned int fla
   return result;
 }
 
-cudaError_t cuda_malloc_async(int v, void** ptr, size_t size, cudaStream_t stream,
+// fn: the plain function or its _ptsz twin (programs built for the per-thread default stream
+// call those; same arguments).
+cudaError_t cuda_malloc_async(Fn fn, int v, void** ptr, size_t size, cudaStream_t stream,
                               const void* ra) {
-  auto real = real_as<vl_cudaMallocAsync_t>(Fn::kCudaMallocAsync, v);
+  auto real = real_as<vl_cudaMallocAsync_t>(fn, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
   cudaError_t result;
@@ -106,9 +108,9 @@ cudaError_t cuda_malloc_async(int v, void** ptr, size_t size, cudaStream_t strea
   return result;
 }
 
-cudaError_t cuda_malloc_from_pool_async(int v, void** ptr, size_t size, cudaMemPool_t pool,
-                                        cudaStream_t stream, const void* ra) {
-  auto real = real_as<vl_cudaMallocFromPoolAsync_t>(Fn::kCudaMallocFromPoolAsync, v);
+cudaError_t cuda_malloc_from_pool_async(Fn fn, int v, void** ptr, size_t size,
+                                        cudaMemPool_t pool, cudaStream_t stream, const void* ra) {
+  auto real = real_as<vl_cudaMallocFromPoolAsync_t>(fn, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
   cudaError_t result;
@@ -120,8 +122,8 @@ cudaError_t cuda_malloc_from_pool_async(int v, void** ptr, size_t size, cudaMemP
   return result;
 }
 
-cudaError_t cuda_free_async(int v, void* ptr, cudaStream_t stream) {
-  auto real = real_as<vl_cudaFreeAsync_t>(Fn::kCudaFreeAsync, v);
+cudaError_t cuda_free_async(Fn fn, int v, void* ptr, cudaStream_t stream) {
+  auto real = real_as<vl_cudaFreeAsync_t>(fn, v);
   if (real == nullptr) return kNotInitialized;
   const bool nested = inside_runtime_call();
   FreeInProgress free_call(KeyKind::kDevicePointer, reinterpret_cast<std::uint64_t>(ptr), nested);
@@ -186,17 +188,17 @@ template <int V>
 cudaError_t cuda_malloc_managed_w(void** p, size_t n, unsigned int f) {
   return cuda_malloc_managed(V, p, n, f, RETURN_ADDRESS);
 }
-template <int V>
+template <Fn F, int V>
 cudaError_t cuda_malloc_async_w(void** p, size_t n, cudaStream_t s) {
-  return cuda_malloc_async(V, p, n, s, RETURN_ADDRESS);
+  return cuda_malloc_async(F, V, p, n, s, RETURN_ADDRESS);
 }
-template <int V>
+template <Fn F, int V>
 cudaError_t cuda_malloc_from_pool_async_w(void** p, size_t n, cudaMemPool_t pool,
                                           cudaStream_t s) {
-  return cuda_malloc_from_pool_async(V, p, n, pool, s, RETURN_ADDRESS);
+  return cuda_malloc_from_pool_async(F, V, p, n, pool, s, RETURN_ADDRESS);
 }
-template <int V>
-cudaError_t cuda_free_async_w(void* p, cudaStream_t s) { return cuda_free_async(V, p, s); }
+template <Fn F, int V>
+cudaError_t cuda_free_async_w(void* p, cudaStream_t s) { return cuda_free_async(F, V, p, s); }
 template <int V>
 cudaError_t cuda_device_reset_w() { return cuda_device_reset(V); }
 template <int V>
@@ -228,15 +230,28 @@ VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocManaged(void** p, size_t n, unsi
   return cuda_malloc_managed(0, p, n, f, RETURN_ADDRESS);
 }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t s) {
-  return cuda_malloc_async(0, p, n, s, RETURN_ADDRESS);
+  return cuda_malloc_async(Fn::kCudaMallocAsync, 0, p, n, s, RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocAsync_ptsz(void** p, size_t n, cudaStream_t s) {
+  return cuda_malloc_async(Fn::kCudaMallocAsyncPtsz, 0, p, n, s, RETURN_ADDRESS);
 }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocFromPoolAsync(void** p, size_t n,
                                                               cudaMemPool_t pool,
                                                               cudaStream_t s) {
-  return cuda_malloc_from_pool_async(0, p, n, pool, s, RETURN_ADDRESS);
+  return cuda_malloc_from_pool_async(Fn::kCudaMallocFromPoolAsync, 0, p, n, pool, s,
+                                     RETURN_ADDRESS);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** p, size_t n,
+                                                                   cudaMemPool_t pool,
+                                                                   cudaStream_t s) {
+  return cuda_malloc_from_pool_async(Fn::kCudaMallocFromPoolAsyncPtsz, 0, p, n, pool, s,
+                                     RETURN_ADDRESS);
 }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
-  return cuda_free_async(0, p, s);
+  return cuda_free_async(Fn::kCudaFreeAsync, 0, p, s);
+}
+VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaFreeAsync_ptsz(void* p, cudaStream_t s) {
+  return cuda_free_async(Fn::kCudaFreeAsyncPtsz, 0, p, s);
 }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaDeviceReset() { return cuda_device_reset(0); }
 VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaGetDriverEntryPoint(
@@ -254,6 +269,9 @@ namespace vramledger::preload {
 #define VL_VARIANTS(export_name, tmpl)                                                   \
   {reinterpret_cast<void*>(&export_name), reinterpret_cast<void*>(&tmpl<1>),             \
    reinterpret_cast<void*>(&tmpl<2>), reinterpret_cast<void*>(&tmpl<3>)}
+#define VL_VARIANTS_F(export_name, tmpl, F)                                              \
+  {reinterpret_cast<void*>(&export_name), reinterpret_cast<void*>(&tmpl<F, 1>),          \
+   reinterpret_cast<void*>(&tmpl<F, 2>), reinterpret_cast<void*>(&tmpl<F, 3>)}
 
 void* runtime_wrapper(Fn fn, int variant) {
   static void* const kWrappers[kFnCount - kFirstRuntimeFn][kVariants] = {
@@ -261,12 +279,17 @@ void* runtime_wrapper(Fn fn, int variant) {
       VL_VARIANTS(cudaFree, cuda_free_w),
       VL_VARIANTS(cudaMallocPitch, cuda_malloc_pitch_w),
       VL_VARIANTS(cudaMallocManaged, cuda_malloc_managed_w),
-      VL_VARIANTS(cudaMallocAsync, cuda_malloc_async_w),
-      VL_VARIANTS(cudaMallocFromPoolAsync, cuda_malloc_from_pool_async_w),
-      VL_VARIANTS(cudaFreeAsync, cuda_free_async_w),
+      VL_VARIANTS_F(cudaMallocAsync, cuda_malloc_async_w, Fn::kCudaMallocAsync),
+      VL_VARIANTS_F(cudaMallocFromPoolAsync, cuda_malloc_from_pool_async_w,
+                    Fn::kCudaMallocFromPoolAsync),
+      VL_VARIANTS_F(cudaFreeAsync, cuda_free_async_w, Fn::kCudaFreeAsync),
       VL_VARIANTS(cudaDeviceReset, cuda_device_reset_w),
       VL_VARIANTS(cudaGetDriverEntryPoint, get_driver_entry_point_w),
       VL_VARIANTS(cudaGetDriverEntryPointByVersion, get_driver_entry_point_by_version_w),
+      VL_VARIANTS_F(cudaMallocAsync_ptsz, cuda_malloc_async_w, Fn::kCudaMallocAsyncPtsz),
+      VL_VARIANTS_F(cudaMallocFromPoolAsync_ptsz, cuda_malloc_from_pool_async_w,
+                    Fn::kCudaMallocFromPoolAsyncPtsz),
+      VL_VARIANTS_F(cudaFreeAsync_ptsz, cuda_free_async_w, Fn::kCudaFreeAsyncPtsz),
   };
   return kWrappers[static_cast<int>(fn) - kFirstRuntimeFn][variant];
 }

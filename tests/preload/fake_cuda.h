@@ -37,6 +37,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 cudaError_t cudaMalloc(void** ptr, size_t size);
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaDeviceReset(void);
+cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream);
 
 /* libnccl_fake.so: how NCCL-like code reaches the driver. How: 0 direct call, 1 cuGetProcAddress,
  * 2 dlsym on a libcuda handle. */

@@ -10,6 +10,8 @@
 
 static vl_cuMemAlloc_v2_t g_alloc;
 static vl_cuMemFree_v2_t g_free;
+static vl_cuMemAllocAsync_t g_alloc_async_ptsz;
+static vl_cuMemFreeAsync_t g_free_async_ptsz;
 
 static int load_driver(void) {
   if (g_alloc != NULL) return 0;
@@ -21,6 +23,13 @@ static int load_driver(void) {
   void* release = NULL;
   if (get("cuMemAlloc", &alloc, 12000, 0, NULL) != 0) return -1;
   if (get("cuMemFree", &release, 12000, 0, NULL) != 0) return -1;
+  void* alloc_async = NULL;
+  void* free_async = NULL;
+  /* The per-thread-default-stream versions, as a cudart built for them asks. */
+  if (get("cuMemAllocAsync", &alloc_async, 12000, 2, NULL) != 0) return -1;
+  if (get("cuMemFreeAsync", &free_async, 12000, 2, NULL) != 0) return -1;
+  g_alloc_async_ptsz = (vl_cuMemAllocAsync_t)alloc_async;
+  g_free_async_ptsz = (vl_cuMemFreeAsync_t)free_async;
   g_free = (vl_cuMemFree_v2_t)release;
   g_alloc = (vl_cuMemAlloc_v2_t)alloc;
   return 0;
@@ -33,6 +42,20 @@ EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (result != 0) return 2; /* cudaErrorMemoryAllocation */
   *ptr = (void*)dptr;
   return 0;
+}
+
+/* What cudaMallocAsync / cudaFreeAsync become in programs built for the per-thread default stream. */
+EXPORT cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t stream) {
+  if (load_driver() != 0) return 3;
+  CUdeviceptr dptr = 0;
+  if (g_alloc_async_ptsz(&dptr, size, stream) != 0) return 2;
+  *ptr = (void*)dptr;
+  return 0;
+}
+
+EXPORT cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t stream) {
+  if (load_driver() != 0) return 3;
+  return g_free_async_ptsz((CUdeviceptr)ptr, stream) == 0 ? 0 : 1;
 }
 
 /* Resets the current device's primary context through the driver, as libcudart does. */

@@ -124,7 +124,17 @@ int check_mode() {
   // (3) Through the (fake) runtime, which calls the driver through fetched pointers: counted once.
   void* runtime = nullptr;
   result("user_cuda_malloc", cudaMalloc(&runtime, 2048));
-  const long long user_bytes = 5000 + static_cast<long long>(pitch) * 3 + 700 + 300 + 4096 + 2048;
+  // ... and its per-thread-default-stream twin, directly and through dlsym on libcudart.
+  void* runtime_ptsz = nullptr;
+  result("user_cuda_malloc_async_ptsz", cudaMallocAsync_ptsz(&runtime_ptsz, 1536, nullptr));
+  using MallocAsync = cudaError_t (*)(void**, size_t, cudaStream_t);
+  void* cudart = dlopen("libcudart.so.12", RTLD_NOW | RTLD_NOLOAD);
+  auto looked_up = cudart ? reinterpret_cast<MallocAsync>(dlsym(cudart, "cudaMallocAsync_ptsz")) : nullptr;
+  void* runtime_ptsz_dlsym = nullptr;
+  result("user_cuda_malloc_async_ptsz_dlsym",
+         looked_up ? looked_up(&runtime_ptsz_dlsym, 1024, nullptr) : -1);
+  const long long user_bytes =
+      5000 + static_cast<long long>(pitch) * 3 + 700 + 300 + 4096 + 2048 + 1536 + 1024;
   // (4) Errors pass through unchanged.
   CUdeviceptr refused = 0;
   result("error_direct", cuMemAlloc_v2(&refused, FAKE_CUDA_ERROR_SIZE));
@@ -139,11 +149,11 @@ int check_mode() {
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).live_allocations, 3);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).failed_calls, 1);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).current_bytes, user_bytes);
-    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).live_allocations, 6);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).live_allocations, 8);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).failed_calls, 2);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_UNKNOWN).current_bytes, 0);  // cudart's nested call
     EXPECT_EQ(s.non_torch_current_bytes, fake_cuda_live_bytes());     // every byte seen
-    EXPECT_EQ(s.table_live, 9);
+    EXPECT_EQ(s.table_live, 11);
     check_health(s);
   }
 
@@ -157,13 +167,15 @@ int check_mode() {
   result("user_free_async", cuMemFreeAsync(async, nullptr));
   result("user_release", cuMemRelease(handle));
   result("user_cuda_free", cudaFree(runtime));
+  result("user_cuda_free_async_ptsz", cudaFreeAsync_ptsz(runtime_ptsz, nullptr));
+  result("user_cuda_free_async_ptsz_dlsym", cudaFreeAsync_ptsz(runtime_ptsz_dlsym, nullptr));
   result("live_bytes_after_free", fake_cuda_live_bytes());
   if (with_shim) {
     const vramledger_preload_stats s = read_stats();
     for (int c = 0; c < VRAMLEDGER_PRELOAD_CATEGORY_COUNT; ++c) EXPECT_EQ(s.categories[c].current_bytes, 0);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_NCCL).peak_bytes, nccl_bytes);
     EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).peak_bytes, user_bytes);
-    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).frees, 6);
+    EXPECT_EQ(cat(s, VRAMLEDGER_PRELOAD_USER).frees, 8);
     EXPECT_EQ(s.table_live, 0);
     check_health(s);
   }
