@@ -3,6 +3,7 @@
 #include "preload/cuda_abi.h"
 #include "preload/hook_support.hpp"
 #include "preload/interposed_functions.hpp"
+#include "preload/wrapper_variants.hpp"
 #include "preload/routing.hpp"
 
 #define RETURN_ADDRESS __builtin_return_address(0)
@@ -265,13 +266,6 @@ VRAMLEDGER_PRELOAD_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(
 }
 
 namespace vramledger::preload {
-
-#define VL_VARIANTS(export_name, tmpl)                                                   \
-  {reinterpret_cast<void*>(&export_name), reinterpret_cast<void*>(&tmpl<1>),             \
-   reinterpret_cast<void*>(&tmpl<2>), reinterpret_cast<void*>(&tmpl<3>)}
-#define VL_VARIANTS_F(export_name, tmpl, F)                                              \
-  {reinterpret_cast<void*>(&export_name), reinterpret_cast<void*>(&tmpl<F, 1>),          \
-   reinterpret_cast<void*>(&tmpl<F, 2>), reinterpret_cast<void*>(&tmpl<F, 3>)}
 
 void* runtime_wrapper(Fn fn, int variant) {
   static void* const kWrappers[kFnCount - kFirstRuntimeFn][kVariants] = {

@@ -271,6 +271,18 @@ class Outcome:
         return {"check": self.check, "status": self.status(), "figures": self.figures,
                 "failures": self.failures, "notes": self.notes}
 
+    def run_worker_then_finish(self, command: List[str], timeout_s: float, folder: str,
+                               analyse, what: str = "worker") -> None:
+        """Runs the check's worker (logs and result.json in `folder`), lets analyse(result,
+        self) judge what it measured or records why there is nothing to judge, and finishes."""
+        result, why = run_worker(command, timeout_s, os.path.join(folder, "worker.log"),
+                                 env=worker_env(), result_path=os.path.join(folder, "result.json"))
+        if result is None:
+            self.failures.append(f"{what}: {why} (see worker.log)")
+        else:
+            analyse(result, self)
+        self.finish()
+
     def finish(self) -> None:
         for key, value in self.figures.items():
             print(f"  {key}: {value}")

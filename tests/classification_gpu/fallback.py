@@ -195,14 +195,8 @@ def main() -> int:
     outcome.figures["namespace"] = " ".join(chosen[1:])
     command = chosen + _common.vramledger_run(os.path.abspath(__file__), ["--role", "worker"],
                                               track_non_torch=False)
-    result, why = _common.run_worker(command, args.timeout, os.path.join(folder, "worker.log"),
-                                     env=_common.worker_env(),
-                                     result_path=os.path.join(folder, "result.json"))
-    if result is None:
-        outcome.failures.append(f"worker in the PID namespace: {why} (see worker.log)")
-    else:
-        analyse(result, outcome)
-    outcome.finish()
+    outcome.run_worker_then_finish(command, args.timeout, folder, analyse,
+                                   what="worker in the PID namespace")
     return 0
 
 

@@ -202,14 +202,7 @@ def main() -> int:
     outcome = Outcome(CHECK)
     command = _common.vramledger_run(os.path.abspath(__file__), ["--role", "worker"],
                                      track_non_torch=None, conf=CONF)
-    result, why = _common.run_worker(command, args.timeout, os.path.join(folder, "worker.log"),
-                                     env=_common.worker_env(),
-                                     result_path=os.path.join(folder, "result.json"))
-    if result is None:
-        outcome.failures.append(f"worker: {why} (see worker.log)")
-    else:
-        analyse(result, outcome)
-    outcome.finish()
+    outcome.run_worker_then_finish(command, args.timeout, folder, analyse)
     return 0
 
 
