@@ -50,6 +50,11 @@ struct AddressRange {
   std::vector<PageMapping> page_mapping;
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
+  // Pages whose physical memory was aliased to another address of the same stream
+  // (AllocatorOptions::alias_pending_pages): still mapped in the driver until the work queued
+  // before their free has finished, so neither usable nor mappable; unmapped in mapped_bits.
+  std::vector<std::uint64_t> retiring_bits;
+  std::size_t retiring_pages = 0;
 
   DevicePtr end() const { return base + size; }
 
@@ -77,6 +82,25 @@ struct AddressRange {
     page_use.resize(page_count);
     page_mapping.resize(page_count);
     mapped_bits.resize((page_count + 63) / 64, 0);
+  }
+  void set_retiring(std::size_t first, std::size_t pages, bool retiring) {
+    retiring_bits.resize(std::max(retiring_bits.size(), (first + pages + 63) / 64), 0);
+    for (std::size_t page = first; page < first + pages; ++page) {
+      const std::uint64_t bit = std::uint64_t{1} << (page % 64);
+      const bool was = (retiring_bits[page / 64] & bit) != 0;
+      if (was == retiring) continue;
+      retiring_bits[page / 64] ^= bit;
+      retiring ? ++retiring_pages : --retiring_pages;
+    }
+  }
+  // Any retiring page in [first, last).
+  bool any_retiring(std::size_t first, std::size_t last) const {
+    if (retiring_pages == 0) return false;
+    last = std::min(last, retiring_bits.size() * 64);
+    for (std::size_t page = first; page < last; ++page) {
+      if ((retiring_bits[page / 64] >> (page % 64) & 1) != 0) return true;
+    }
+    return false;
   }
   // Records that `chunk` is mapped at pages [first, first + chunk.pages).
   void set_chunk_mapped(std::size_t first, PhysicalChunk chunk) {

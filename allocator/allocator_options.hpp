@@ -50,6 +50,11 @@ struct AllocatorOptions {
   bool no_split = false;
   // Use the paged heap when the backend supports virtual memory.
   bool use_paged_heap = true;
+  // Paged heap, experimental (off until measured on a GPU): when a stream needs pages and its
+  // own free pages are still used by work queued before their free, map their physical memory at
+  // the new address too instead of growing (stream order makes the new use safe); the old
+  // address is unmapped once that work has finished, and is not used until then.
+  bool alias_pending_pages = false;
 };
 
 }  // namespace vramledger

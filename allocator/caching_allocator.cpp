@@ -64,6 +64,16 @@ struct StreamHeaps {
   std::uint64_t completed_fence = 0;
   bool page_freed_since_last_fence = false;
   std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
+  // Old addresses of chunks aliased to a new address of this stream (alias_pending_pages): still
+  // mapped until fence `fence` completes, then unmapped.
+  struct RetiringMapping {
+    AddressRange* span;
+    std::size_t head;
+    std::size_t pages;
+    std::uint64_t fence;
+    PhysicalHandle handle;  // now also mapped at the new address
+  };
+  std::vector<RetiringMapping> retiring;
 };
 
 struct PendingEvent {
@@ -665,6 +675,10 @@ class CachingAllocator::Impl {
     const std::size_t first = page_of(span, address);
     const std::size_t last = page_of(span, address + size - 1);
     if (span.count_mapped(first, last + 1) == last - first + 1) return;
+    // An old address of aliased memory is still mapped until its work is done.
+    if (span.any_retiring(first, last + 1)) {
+      retire_mappings(*span.owner, /*wait=*/true, &span, first, last + 1);
+    }
     const bool first_shared = (address - span.base) % page_bytes_ != 0;
     const bool last_shared = (address + size - span.base) % page_bytes_ != 0;
     std::vector<std::pair<std::size_t, std::size_t>> runs;  // (first page, pages)
@@ -731,6 +745,9 @@ class CachingAllocator::Impl {
 
   // ---- the free physical pool: created, unmapped chunks by size
 
+  // A chunk in the free pool may still be mapped at an old, retiring address (aliasing): it is
+  // unmapped there before the chunk is mapped anywhere else or released (take_spare,
+  // release_chunk), so that a failure there leaves the chunk where it was.
   void put_spare(PoolKind pool, PhysicalChunk chunk) {
     free_physical_[pool_index(pool)][chunk.pages].push_back(chunk.handle);
     free_physical_pages_[pool_index(pool)] += chunk.pages;
@@ -742,6 +759,7 @@ class CachingAllocator::Impl {
     if (it == spare.begin()) return std::nullopt;
     --it;
     PhysicalChunk chunk{it->second.back(), it->first};
+    if (retiring_mappings_ != 0) retire_handle(chunk.handle);  // may throw: nothing taken yet
     it->second.pop_back();
     if (it->second.empty()) spare.erase(it);
     free_physical_pages_[pool_index(pool)] -= chunk.pages;
@@ -749,6 +767,14 @@ class CachingAllocator::Impl {
   }
   // Gives a free chunk back to the driver; if the driver refuses, it stays in the free pool.
   void release_chunk(PoolKind pool, PhysicalChunk chunk) {
+    if (retiring_mappings_ != 0) {
+      try {
+        retire_handle(chunk.handle);
+      } catch (...) {
+        put_spare(pool, chunk);
+        throw;
+      }
+    }
     if (Status status = backend_.release_physical(chunk.handle); !status) {
       put_spare(pool, chunk);
       throw_if_error(status, "releasing " + format_bytes(chunk.pages * page_bytes_) +
@@ -836,6 +862,9 @@ class CachingAllocator::Impl {
                                           StreamChoice::kOnly, &owner) > 0) {
             continue;
           }
+          if (!chunk && options_.alias_pending_pages) {
+            chunk = alias_pending_chunk(owner, pool, needed, exclusion);
+          }
           if (!chunk && may_grow_instead_of_taking_from_other_streams(needed)) {
             chunk = create_chunk(pool, std::min(needed, chunk_pages), &shortage);
           }
@@ -872,6 +901,98 @@ class CachingAllocator::Impl {
   // pages are unmapped, moving their memory to the free physical pool. A chunk qualifies when
   // all its pages lie wholly inside one free block; without `wait`, only when the stream that
   // freed it has provably finished with it. Returns the pages unmapped.
+  // alias_pending_pages: a chunk of `owner`'s own, wholly inside a free block whose last use is
+  // still queued (so it cannot be unmapped yet), of at most `max_pages` pages. Its physical
+  // memory leaves the old address (which turns retiring: still mapped in the driver, unusable)
+  // for the caller to map at the new one. Work queued on the stream before the free runs before
+  // anything the new address is used for, so the sharing is safe; the ledger sees an unmap here.
+  std::optional<PhysicalChunk> alias_pending_chunk(StreamHeaps& owner, PoolKind pool,
+                                                   std::size_t max_pages,
+                                                   const PageExclusion& exclusion) {
+    retire_mappings(owner, /*wait=*/false);
+    const int p = pool_index(pool);
+    for (AddressRange* span : owner.ranges[p]) {
+      if (!span->is_span) continue;
+      for (Block* b = span->first; b != nullptr; b = b->next) {
+        if (b->state != BlockState::kFree || b->freed_at_fence <= owner.completed_fence) continue;
+        const auto [first, last] = whole_pages(*span, b->address, b->end());
+        if (first >= last || span->count_mapped(first, last) == 0) continue;
+        std::optional<std::size_t> head;
+        for_each_mapped(*span, first, last, [&](std::size_t page) {
+          if (head || !span->is_chunk_head(page)) return;
+          const std::size_t pages = span->chunk_pages(page);
+          if (pages <= max_pages && page + pages <= last &&
+              !exclusion.intersects(span, page, pages)) {
+            head = page;
+          }
+        });
+        if (!head) continue;
+        issue_fence(owner);  // the fence that will prove the old address idle must exist
+        const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
+        span->set_retiring(*head, chunk.pages, true);
+        owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle});
+        ++retiring_mappings_;
+        free_mapped_pages_[p] -= chunk.pages;
+        emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
+             chunk.pages * page_bytes_);
+        return chunk;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Unmaps the old addresses of aliased chunks once the work queued before their free has
+  // finished (with `wait`, waiting for it); only those in pages [first, last) of `span` when
+  // one is given.
+  void retire_mappings(StreamHeaps& heaps, bool wait, const AddressRange* span = nullptr,
+                       std::size_t first = 0, std::size_t last = SIZE_MAX) {
+    if (heaps.retiring.empty()) return;
+    poll_fences(heaps);
+    for (std::size_t i = 0; i < heaps.retiring.size();) {
+      const StreamHeaps::RetiringMapping& r = heaps.retiring[i];
+      const bool wanted =
+          span == nullptr || (r.span == span && r.head < last && r.head + r.pages > first);
+      if (!wanted || (!wait && r.fence > heaps.completed_fence)) {
+        ++i;
+        continue;
+      }
+      retire(heaps, i);
+    }
+  }
+
+  // Unmaps retiring mapping `index` of `heaps`, waiting for its fence first if need be.
+  void retire(StreamHeaps& heaps, std::size_t index) {
+    const StreamHeaps::RetiringMapping r = heaps.retiring[index];
+    if (r.fence > heaps.completed_fence) {
+      ++alias_waits_;
+      wait_for_fence(heaps, r.fence);
+      if (r.fence > heaps.completed_fence) {
+        throw_if_error(backend_.synchronize_device(), "waiting for aliased pages");
+        mark_all_frees_idle(heaps);
+      }
+    }
+    const DevicePtr va = r.span->base + r.head * page_bytes_;
+    throw_if_error(backend_.unmap_pages(va, r.pages * page_bytes_, 1),
+                   "unmapping the old address " + format_pointer(va) + " of aliased memory");
+    r.span->set_retiring(r.head, r.pages, false);
+    heaps.retiring[index] = heaps.retiring.back();
+    heaps.retiring.pop_back();
+    --retiring_mappings_;
+  }
+
+  // Physical memory leaving its stream (the free physical pool, the driver) must no longer be
+  // mapped at an old address whose work may still run.
+  void retire_handle(PhysicalHandle handle) {
+    for (auto& heaps : streams_) {
+      for (std::size_t i = 0; i < heaps->retiring.size(); ++i) {
+        if (heaps->retiring[i].handle == handle) {
+          retire(*heaps, i);
+          return;
+        }
+      }
+    }
+  }
+
   enum class StreamChoice { kAll, kOnly, kOthers };
 
   std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
@@ -1106,6 +1227,7 @@ class CachingAllocator::Impl {
           issue_fence(*heaps);
           wait_for_fence(*heaps, heaps->next_fence - 1);
         }
+        retire_mappings(*heaps, /*wait=*/true);
       }
     }
     for (auto& heaps : streams_) {
@@ -1139,6 +1261,7 @@ class CachingAllocator::Impl {
           ++i;
           continue;
         }
+        retire_mappings(heaps, /*wait=*/true, range);
         throw_if_error(backend_.free_address_range(range->base, range->size),
                        "freeing the address span at " + format_pointer(range->base));
         heaps.free[p].remove(range->first);
@@ -1187,6 +1310,13 @@ class CachingAllocator::Impl {
   // that still hold live blocks are left alone: their memory belongs to whoever holds them.
   void release_everything_at_exit() noexcept {
     (void)backend_.synchronize_device();
+    for (auto& heaps : streams_) {
+      for (const auto& r : heaps->retiring) {
+        (void)backend_.unmap_pages(r.span->base + r.head * page_bytes_, r.pages * page_bytes_, 1);
+      }
+      heaps->retiring.clear();
+      retiring_mappings_ = 0;
+    }
     for (auto& heaps : streams_) {
       for (int p = 0; p < 2; ++p) {
         for (AddressRange* range : heaps->ranges[p]) {
@@ -1414,6 +1544,8 @@ class CachingAllocator::Impl {
   // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams).
   std::size_t active_bytes_ = 0;
   std::size_t peak_active_bytes_ = 0;
+  std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
+  std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
   std::int32_t pending_split_count_ = 0;    // see note_split_change
   std::int64_t pending_split_bytes_ = 0;
 

@@ -39,10 +39,11 @@ struct KeySpec {
   std::string_view setting;  // keys setting the same thing share it (cap_mb, cap_gb)
   ValueKind kind;
   SizeRule size;
+  bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 15>& key_table() {
-  static const std::array<KeySpec, 15> table = {{
+const std::array<KeySpec, 16>& key_table() {
+  static const std::array<KeySpec, 16> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -100,7 +101,9 @@ const std::array<KeySpec, 15>& key_table() {
        "cap",
        ValueKind::kSize,
        {&AllocatorOptions::cap_bytes, kGiB, "GiB", nullptr, false, false}},
-      {"paged_heap", "paged_heap", ValueKind::kBool, {}},
+      {"paged_heap", "paged_heap", ValueKind::kBool, {}, &AllocatorOptions::use_paged_heap},
+      {"alias_pending_pages", "alias_pending_pages", ValueKind::kBool, {},
+       &AllocatorOptions::alias_pending_pages},
   }};
   return table;
 }
@@ -206,9 +209,9 @@ void apply(const KeySpec& spec, std::string_view value, Config& config) {
       fail_value(spec.name, value, "expected auto, simulated, cuda_malloc, vmm or malloc_async");
     case ValueKind::kBool:
       if (equals_ignoring_case(value, "true")) {
-        config.options.use_paged_heap = true;
+        config.options.*(spec.flag) = true;
       } else if (equals_ignoring_case(value, "false")) {
-        config.options.use_paged_heap = false;
+        config.options.*(spec.flag) = false;
       } else {
         fail_value(spec.name, value, "expected true or false");
       }
@@ -291,7 +294,7 @@ std::string to_string(const Config& config) {
     std::string value;
     switch (spec.kind) {
       case ValueKind::kBackend: value = config.backend; break;
-      case ValueKind::kBool: value = options.use_paged_heap ? "true" : "false"; break;
+      case ValueKind::kBool: value = options.*(spec.flag) ? "true" : "false"; break;
       case ValueKind::kSize: {
         const std::size_t bytes = options.*(spec.size.field);
         // The cap has two spellings: whole GiB read best as cap_gb, anything else as cap_mb.

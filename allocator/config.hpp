@@ -20,6 +20,8 @@
 //                         bytes before taking idle pages from another stream (0 = always take)
 //   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
 //   paged_heap            true | false (case-insensitive)
+//   alias_pending_pages   true | false: paged heap, reuse a stream's own pages whose last use is
+//                         still queued at a new address by mapping them there too (experimental)
 //
 // Units are binary: KiB = 2^10, MiB = 2^20, GiB = 2^30 bytes. Numbers are unsigned decimal
 // integers. AllocatorOptions fields without a key keep their defaults.

@@ -40,7 +40,8 @@ std::string handle_text(PhysicalHandle handle) {
 SimulatedMemory::SimulatedMemory(const SimulatedDeviceOptions& options)
     : capacity_bytes_(options.capacity_bytes),
       granularity_(options.granularity),
-      segment_rounding_(options.segment_rounding) {
+      segment_rounding_(options.segment_rounding),
+      allow_aliased_mappings_(options.allow_aliased_mappings) {
   if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "simulated device: granularity must be a power of two, got " +
@@ -141,7 +142,7 @@ Status SimulatedMemory::release_physical(PhysicalHandle handle) {
     return invalid("release_physical: unknown " + handle_text(handle) +
                    " (never created or already released)");
   }
-  if (it->second.is_mapped) {
+  if (it->second.mappings != 0) {
     return invalid("release_physical: " + handle_text(handle) + " is still mapped at " +
                    hex_address(it->second.mapped_at) + "; unmap it first");
   }
@@ -241,11 +242,11 @@ Status SimulatedMemory::map_pages(DevicePtr va, std::size_t page_bytes,
   if (overlaps_mapping(va, total))
     return fail("part of the " + byte_count(total) + " is already mapped");
 
-  // Validate the handles, marking each as mapped on the way so that a handle given twice is
-  // caught without a side table; on failure the marks are undone and nothing has changed.
+  // Validate the handles, marking each as mapped on the way; on failure the marks are undone
+  // and nothing has changed.
   std::size_t marked = 0;
   auto undo_marks = [&] {
-    for (std::size_t j = 0; j < marked; ++j) physical_.find(handles[j])->second.is_mapped = false;
+    for (std::size_t j = 0; j < marked; ++j) --physical_.find(handles[j])->second.mappings;
   };
   for (std::size_t i = 0; i < handles.size(); ++i) {
     const PhysicalHandle handle = handles[i];
@@ -257,18 +258,20 @@ Status SimulatedMemory::map_pages(DevicePtr va, std::size_t page_bytes,
     } else if (it->second.bytes != page_bytes) {
       problem = which() + " holds " + byte_count(it->second.bytes) + ", not the page size " +
                 byte_count(page_bytes);
-    } else if (it->second.is_mapped) {
+    } else if (it->second.mappings != 0) {
       // The run held no mappings before this call, so a mark inside it is one of ours.
       const bool marked_by_us = it->second.mapped_at - va < total;
-      problem =
-          which() + (marked_by_us ? " appears twice in one call"
-                                  : " is already mapped at " + hex_address(it->second.mapped_at));
+      if (marked_by_us) {
+        problem = which() + " appears twice in one call";
+      } else if (!allow_aliased_mappings_) {
+        problem = which() + " is already mapped at " + hex_address(it->second.mapped_at);
+      }
     }
     if (!problem.empty()) {
       undo_marks();
       return fail(problem);
     }
-    it->second.is_mapped = true;
+    ++it->second.mappings;
     it->second.mapped_at = va + i * page_bytes;
     ++marked;
   }
@@ -310,7 +313,7 @@ Status SimulatedMemory::unmap_pages(DevicePtr va, std::size_t page_bytes, std::s
   // All pages are mapped and consecutive, hence in one range (ranges never touch each other).
   AddressRange& range = ranges_.find(first->second.range_base)->second;
   for (auto page = first; page != it; ++page) {
-    physical_.find(page->second.handle)->second.is_mapped = false;
+    --physical_.find(page->second.handle)->second.mappings;
   }
   mappings_.erase(first, it);
   const std::size_t total = count * page_bytes;

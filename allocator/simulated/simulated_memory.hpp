@@ -72,8 +72,8 @@ class SimulatedMemory {
   };
   struct Physical {
     std::size_t bytes = 0;
-    bool is_mapped = false;
-    DevicePtr mapped_at = 0;
+    std::size_t mappings = 0;  // addresses it is mapped at (more than 1 only when aliasing)
+    DevicePtr mapped_at = 0;   // the latest of them
   };
 
   // Ok when `bytes` more of physical memory fit, else why they do not.
@@ -87,6 +87,7 @@ class SimulatedMemory {
   const std::size_t capacity_bytes_;
   const std::size_t granularity_;
   const std::size_t segment_rounding_;
+  const bool allow_aliased_mappings_;
 
   DevicePtr next_address_ = kFirstAddress;
   PhysicalHandle next_handle_ = kFirstPhysicalHandle;

@@ -17,6 +17,7 @@ ReplayDevice::ReplayDevice(const std::string& backend, double simulated_capacity
     SimulatedDeviceOptions options;
     options.capacity_bytes =
         static_cast<std::size_t>(simulated_capacity_gib * double(std::size_t{1} << 30));
+    options.allow_aliased_mappings = true;  // as the driver does (alias_pending_pages uses it)
     auto simulated = std::make_unique<SimulatedDevice>(options);
     simulated_ = simulated.get();
     backend_ = std::move(simulated);

@@ -524,6 +524,55 @@ TEST(PagedHeapCrossStreamSlack, GrowsWithinTheSlackInsteadOfTakingAnotherStreams
   }
 }
 
+// alias_pending_pages: a stream's own pages whose work is still queued serve a new address of
+// the same stream without growing; the old address stays mapped, and unused, until that work
+// has finished.
+TEST(PagedHeapAliasing, PendingOwnPagesServeANewAddressWithoutGrowing) {
+  for (const bool alias : {false, true}) {
+    SCOPED_TRACE(alias ? "aliasing" : "not aliasing");
+    SimulatedDeviceOptions device_options;
+    device_options.allow_aliased_mappings = true;
+    SimulatedDevice device(device_options);
+    Ledger ledger;
+    AllocatorOptions options;
+    options.alias_pending_pages = alias;
+    CachingAllocator allocator(device, &ledger, options);
+    auto reserved = [&] {
+      return ledger.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+    };
+    auto consistent = [&] {
+      const ConsistencyReport report = check_consistency(ledger, allocator.census());
+      EXPECT_TRUE(report.ok()) << report.to_string();
+    };
+    const StreamHandle stream = device.create_stream();
+    const DevicePtr x = allocator.allocate(2 * kMiB, stream);
+    const DevicePtr a = allocator.allocate(64 * kMiB, stream);
+    const DevicePtr y = allocator.allocate(2 * kMiB, stream);
+    ASSERT_TRUE(device.pause_stream(stream));  // the GPU has not yet run the work that uses a
+    const EventHandle work_on_a = device.enqueue_user_work(stream);
+    allocator.deallocate(a);
+    const std::int64_t before = reserved();
+    const DevicePtr b = allocator.allocate(66 * kMiB, stream);  // does not fit a's hole
+    EXPECT_TRUE(device.is_range_accessible(b, 66 * kMiB));
+    EXPECT_TRUE(device.is_range_accessible(a, 64 * kMiB))
+        << "work queued before the free may still use a's address";
+    EXPECT_EQ(reserved(), before + static_cast<std::int64_t>((alias ? 2 : 66) * kMiB));
+    consistent();
+    // a's address again: the allocator waits for the queued work (the paused stream completes
+    // when waited on), unmaps the old mapping and maps memory there.
+    const DevicePtr c = allocator.allocate(64 * kMiB, stream);
+    EXPECT_TRUE(device.user_work_done(work_on_a) || !alias);
+    EXPECT_TRUE(device.is_range_accessible(c, 64 * kMiB));
+    consistent();
+    for (DevicePtr p : {x, y, b, c}) allocator.deallocate(p);
+    ASSERT_TRUE(device.resume_stream(stream));
+    allocator.empty_cache();
+    EXPECT_EQ(reserved(), 0);
+    EXPECT_EQ(device.mapped_bytes(), 0u) << "an old address of aliased memory left mapped";
+    EXPECT_EQ(device.physical_bytes_in_use(), 0u);
+  }
+}
+
 // With the device full, a need for one page is met from idle memory held in larger chunks: the
 // chunk is unmapped, given back to the driver, and a chunk of the right size created.
 TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerOnes) {

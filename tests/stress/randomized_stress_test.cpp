@@ -90,16 +90,31 @@ struct StepRecord {
   std::string outcome;
 };
 
-enum class Heap { kSegment, kPaged };
+// kPagedAliasing: the paged heap with AllocatorOptions::alias_pending_pages (a stream's own
+// pages whose work is still queued are mapped at a new address too, on a device that allows it).
+enum class Heap { kSegment, kPaged, kPagedAliasing };
+
+const char* heap_name(Heap heap) {
+  switch (heap) {
+    case Heap::kSegment: return "segment";
+    case Heap::kPaged: return "paged";
+    case Heap::kPagedAliasing: return "paged_aliasing";
+  }
+  return "?";
+}
 
 class RandomizedStress : public testing::TestWithParam<Heap> {
  protected:
   RandomizedStress()
       : seed_(env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026)),
         ops_(env_u64("VRAMLEDGER_STRESS_OPS", 1'000'000)),
-        rng_(seed_ ^ (GetParam() == Heap::kPaged ? 0x9a9e0ull : 0x5e9ull)),
+        rng_(seed_ ^ (GetParam() == Heap::kPaged            ? 0x9a9e0ull
+                      : GetParam() == Heap::kPagedAliasing ? 0xa1a5ull
+                                                            : 0x5e9ull)),
         device_(device_options()) {
-    allocator_ = std::make_unique<CachingAllocator>(device_, &ledger_, AllocatorOptions{});
+    AllocatorOptions options;
+    options.alias_pending_pages = GetParam() == Heap::kPagedAliasing;
+    allocator_ = std::make_unique<CachingAllocator>(device_, &ledger_, options);
     streams_.push_back(0);
     while (streams_.size() < kStreamCount) streams_.push_back(device_.create_stream());
     paused_.assign(kStreamCount, false);
@@ -112,7 +127,8 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   SimulatedDeviceOptions device_options() const {
     SimulatedDeviceOptions options;
     options.capacity_bytes = kDeviceCapacity;
-    options.supports_virtual_memory = GetParam() == Heap::kPaged;
+    options.supports_virtual_memory = GetParam() != Heap::kSegment;
+    options.allow_aliased_mappings = GetParam() == Heap::kPagedAliasing;
     return options;
   }
 
@@ -292,7 +308,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   // however the allocator splits, merges or reuses the freed bytes. (The segment heap returns
   // segments with cudaFree, which waits for the device itself.)
   void note_work_still_using(DevicePtr address, const LiveBlock& block) {
-    if (GetParam() != Heap::kPaged) return;
+    if (GetParam() == Heap::kSegment) return;
     const EventHandle token = device_.enqueue_user_work(block.stream);
     if (token == 0 || device_.user_work_done(token)) return;
     in_flight_.push_back({address, block.size, token});
@@ -414,7 +430,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
 
   std::string where(std::uint64_t step) const {
     return concat("seed ", seed_, " (VRAMLEDGER_STRESS_SEED), heap ",
-                  GetParam() == Heap::kPaged ? "paged" : "segment", ", step ", step,
+                  heap_name(GetParam()), ", step ", step,
                   "\nrecent steps:\n", recent_steps());
   }
 
@@ -484,9 +500,10 @@ TEST_P(RandomizedStress, EveryStepKeepsTheBooksExact) {
               static_cast<unsigned long long>(full_access_scans_));
 }
 
-INSTANTIATE_TEST_SUITE_P(Heaps, RandomizedStress, testing::Values(Heap::kSegment, Heap::kPaged),
+INSTANTIATE_TEST_SUITE_P(Heaps, RandomizedStress,
+                         testing::Values(Heap::kSegment, Heap::kPaged, Heap::kPagedAliasing),
                          [](const testing::TestParamInfo<Heap>& info) {
-                           return info.param == Heap::kPaged ? "paged" : "segment";
+                           return heap_name(info.param);
                          });
 
 }  // namespace
