@@ -122,7 +122,9 @@ TEST(CorpusReplay, AliasingKeepsThePagedHeapNearPeakUnderALaggingGpu) {
     EXPECT_EQ(aliasing.out_of_memory, 0u);
     EXPECT_EQ(static_cast<std::size_t>(aliasing.peak_requested_bytes), trace.peak_requested_bytes);
     EXPECT_LE(aliasing.overhead_ratio, lagging.overhead_ratio);
-    if (trace.stream_handles.size() == 1) EXPECT_LE(aliasing.overhead_ratio, 1.025);
+    if (trace.stream_handles.size() == 1) {
+      EXPECT_LE(aliasing.overhead_ratio, 1.025);
+    }
   }
 }
 
