@@ -829,12 +829,6 @@ class CachingAllocator::Impl {
     return std::clamp<std::size_t>(run_pages / kShareOfRun, 1, max_chunk_pages_);
   }
 
-  // Physical chunks that fill each run exactly, in order. Sources, cheapest in memory first:
-  // free chunks that fit, idle mapped chunks that fit, new memory (in chunks of up to
-  // max_chunk_pages_, smaller when the device is short), then under pressure: free chunks too
-  // large for the run go back to the driver so smaller ones can be created, idle chunks of any
-  // size are unmapped, and finally pages still in use by their streams are waited for. Throws
-  // OutOfMemoryError (leaving what it gathered in the free pool) if all fall short.
   // Idle memory of another stream is taken only once growing would cost more than the
   // cross-stream slack: streams that hand work to each other (a side stream making inputs that
   // the main stream consumes) otherwise take each other's pages at every step, and each move is
@@ -846,6 +840,14 @@ class CachingAllocator::Impl {
     return reserved_bytes_ + pages * page_bytes_ <= budget;
   }
 
+  // Physical chunks that fill each run exactly, in order. Sources, cheapest in memory first:
+  // free chunks that fit, idle mapped chunks of the owner stream that fit, its own pages still
+  // in use (alias_pending_pages), new memory within the cross-stream slack, idle mapped chunks
+  // of other streams that fit, new memory (in chunks of up to max_chunk_pages_, smaller when
+  // the device is short), then under pressure: free chunks too large for the run go back to the
+  // driver so smaller ones can be created, idle chunks of any size are unmapped, and finally
+  // pages still in use by their streams are waited for. Throws OutOfMemoryError (leaving what
+  // it gathered in the free pool) if all fall short.
   std::vector<PhysicalChunk> acquire_physical(
       StreamHeaps& owner, PoolKind pool,
       const std::vector<std::pair<std::size_t, std::size_t>>& runs,
@@ -897,10 +899,6 @@ class CachingAllocator::Impl {
     return chunks;
   }
 
-  // Unmaps free mapped chunks of `pool` of at most `max_chunk` pages, until at least `count`
-  // pages are unmapped, moving their memory to the free physical pool. A chunk qualifies when
-  // all its pages lie wholly inside one free block; without `wait`, only when the stream that
-  // freed it has provably finished with it. Returns the pages unmapped.
   // alias_pending_pages: a chunk of `owner`'s own, wholly inside a free block whose last use is
   // still queued (so it cannot be unmapped yet), of at most `max_pages` pages. Its physical
   // memory leaves the old address (which turns retiring: still mapped in the driver, unusable)
@@ -995,6 +993,11 @@ class CachingAllocator::Impl {
 
   enum class StreamChoice { kAll, kOnly, kOthers };
 
+  // Unmaps free mapped chunks of `pool` of at most `max_chunk` pages, until at least `count`
+  // pages are unmapped, moving their memory to the free physical pool. A chunk qualifies when
+  // all its pages lie wholly inside one free block; without `wait`, only when the stream that
+  // freed it has provably finished with it. `choice` limits the streams looked at
+  // (their own or the others of `stream`). Returns the pages unmapped.
   std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
                                 bool wait, const PageExclusion& exclusion,
                                 StreamChoice choice = StreamChoice::kAll,
