@@ -22,6 +22,8 @@ Allocators:
   vramledger-noslack      the same with cross_stream_slack_pct:0: a stream takes another stream's
                           idle pages rather than grow (the default grows within 2% above the peak
                           of active bytes first)
+  vramledger-alias        the same with alias_pending_pages:true (experimental): a stream's own
+                          pages still used by queued work serve new addresses (docs/configuration.md)
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:

@@ -28,6 +28,8 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               vramledger_conf="backend:vmm,map_chunk_mb:2", expected_backend="vramledger"),
     Allocator("vramledger-noslack", 'vramledger.install("backend:vmm,cross_stream_slack_pct:0")',
               vramledger_conf="backend:vmm,cross_stream_slack_pct:0", expected_backend="vramledger"),
+    Allocator("vramledger-alias", 'vramledger.install("backend:vmm,alias_pending_pages:true")',
+              vramledger_conf="backend:vmm,alias_pending_pages:true", expected_backend="vramledger"),
     Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
               vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
 ]}

@@ -259,6 +259,8 @@ def test_all_identical(tmp_path, fake_python):
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-noslack: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
+                       "+0.0%; vramledger-alias: "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-cuda_malloc: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%")
