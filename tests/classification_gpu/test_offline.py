@@ -399,35 +399,31 @@ class ReportSamplers(unittest.TestCase):
         tracker = profiling.preload_non_torch()
         self.assertEqual(tracker(), {"nccl": 5, "user": 7})
 
-    def test_profile_through_the_samplers_in_the_fallback_warns(self):
+    def _profile_through_the_samplers(self, basis, process_before, process_during):
+        """A profile with no torch memory, whose process figure (of the report's `basis`) goes
+        from `process_before` to `process_during` while the device's used memory goes from 9 to
+        17 GiB."""
         stats = {"allocated_bytes": {"all": {"current": 0, "peak": 0}},
                  "reserved_bytes": {"all": {"current": 0, "peak": 0}}, "total_bytes": 140 * GIB}
-        self.documents = [report_document("device_used_fallback", 9 * GIB, 9 * GIB)]
+        self.documents = [report_document(basis, process_before, 9 * GIB)]
         profile = profiling.MemoryProfile(stats_fn=lambda: stats, reset_peaks_fn=lambda: None,
                                           process_memory=profiling.nvml_process_memory())
         profile.begin()
         with profile.loading():
             pass
         with profile.profiling():
-            self.documents = [report_document("device_used_fallback", 17 * GIB, 17 * GIB)]
-        result = profile.result(utilization=0.9)
+            self.documents = [report_document(basis, process_during, 17 * GIB)]
+        return profile.result(utilization=0.9)
+
+    def test_profile_through_the_samplers_in_the_fallback_warns(self):
+        result = self._profile_through_the_samplers("device_used_fallback", 9 * GIB, 17 * GIB)
         self.assertEqual(result.non_torch_basis, "device_used_fallback")
         self.assertEqual(result.non_torch_increase_bytes, 8 * GIB)  # a neighbour moves it
         self.assertTrue(any("device used memory" in w for w in result.warnings))
         self.assertEqual(result.accounted_bytes(), result.budget_bytes)
 
     def test_profile_through_the_samplers_ignores_the_neighbour(self):
-        stats = {"allocated_bytes": {"all": {"current": 0, "peak": 0}},
-                 "reserved_bytes": {"all": {"current": 0, "peak": 0}}, "total_bytes": 140 * GIB}
-        self.documents = [report_document("nvml_per_process", 600 * MIB, 9 * GIB)]
-        profile = profiling.MemoryProfile(stats_fn=lambda: stats, reset_peaks_fn=lambda: None,
-                                          process_memory=profiling.nvml_process_memory())
-        profile.begin()
-        with profile.loading():
-            pass
-        with profile.profiling():
-            self.documents = [report_document("nvml_per_process", 600 * MIB, 17 * GIB)]
-        result = profile.result(utilization=0.9)
+        result = self._profile_through_the_samplers("nvml_per_process", 600 * MIB, 600 * MIB)
         self.assertEqual((result.non_torch_basis, result.non_torch_increase_bytes),
                          ("process_usage", 0))
         self.assertEqual(result.warnings, [])
