@@ -10,11 +10,11 @@
 #include <mutex>
 #include <utility>
 
-#include "allocator/address_range.hpp"
-#include "allocator/block.hpp"
-#include "allocator/block_address_map.hpp"
-#include "allocator/free_block_index.hpp"
-#include "allocator/object_pool.hpp"
+#include "allocator/detail/address_range.hpp"
+#include "allocator/detail/block.hpp"
+#include "allocator/detail/block_address_map.hpp"
+#include "allocator/detail/free_block_index.hpp"
+#include "allocator/detail/object_pool.hpp"
 #include "allocator/spin_mutex.hpp"
 
 namespace vramledger {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "allocator/block.hpp"
+#include "allocator/detail/block.hpp"
 
 namespace vramledger {
 

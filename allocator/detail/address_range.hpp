@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "allocator/allocator_events.hpp"
-#include "allocator/block.hpp"
+#include "allocator/detail/block.hpp"
 
 namespace vramledger {
 

@@ -1,4 +1,4 @@
-#include "allocator/free_block_index.hpp"
+#include "allocator/detail/free_block_index.hpp"
 
 namespace vramledger {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "allocator/block.hpp"
+#include "allocator/detail/block.hpp"
 
 namespace vramledger {
 
