@@ -1,0 +1,58 @@
+// Fences: per-stream events that prove, without blocking, that work queued on a stream before
+// some free has finished, so pages freed then may be unmapped.
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+void CachingAllocator::Impl::poll_fences(StreamHeaps& heaps) {
+  while (!heaps.outstanding_fences.empty()) {
+    auto [event, sequence] = heaps.outstanding_fences.front();
+    EventState state = EventState::kPending;
+    throw_if_error(backend_.query_event(event, &state), "querying a fence event");
+    if (state != EventState::kComplete) return;
+    heaps.completed_fence = sequence;
+    spare_events_.push_back(event);
+    heaps.outstanding_fences.pop_front();
+  }
+}
+
+// Records a fence covering every page freed on the stream so far, unless one already does.
+void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
+  if (!heaps.page_freed_since_last_fence) return;
+  EventHandle event = take_event();
+  Status status = backend_.record_event(event, heaps.stream);
+  if (!status) {
+    // The stream is gone (or broken): the only proof left is an idle device.
+    spare_events_.push_back(event);
+    throw_if_error(backend_.synchronize_device(),
+                   "synchronizing the device after recording a fence failed (" +
+                       status.message() + ")");
+    mark_all_frees_idle(heaps);
+    return;
+  }
+  heaps.outstanding_fences.emplace_back(event, heaps.next_fence);
+  heaps.next_fence++;
+  heaps.page_freed_since_last_fence = false;
+}
+
+void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
+  while (heaps.completed_fence < sequence && !heaps.outstanding_fences.empty()) {
+    auto [event, fence] = heaps.outstanding_fences.front();
+    throw_if_error(backend_.synchronize_event(event), "waiting for a fence event");
+    heaps.completed_fence = fence;
+    spare_events_.push_back(event);
+    heaps.outstanding_fences.pop_front();
+  }
+}
+
+// After the whole device was synchronized: everything freed on the stream so far is idle, and
+// the outstanding fences prove nothing more.
+void CachingAllocator::Impl::mark_all_frees_idle(StreamHeaps& heaps) {
+  for (auto& [event, sequence] : heaps.outstanding_fences) spare_events_.push_back(event);
+  heaps.outstanding_fences.clear();
+  heaps.completed_fence = heaps.next_fence;
+  heaps.next_fence++;
+  heaps.page_freed_since_last_fence = false;
+}
+
+}  // namespace vramledger

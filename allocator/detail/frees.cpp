@@ -1,0 +1,155 @@
+// Frees. A block no other stream used is free at once; one recorded on other streams
+// (record_stream) stays active until events recorded there at free time complete.
+#include <vector>
+
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
+  std::lock_guard lock(mutex_);
+  Block* block = live_.find(ptr);
+  if (block == nullptr) throw_unknown_pointer(ptr, "free");
+  if (block->state == BlockState::kPendingFree) {
+    throw Error(ErrorCode::kDoubleFree,
+                "pointer " + format_pointer(ptr) +
+                    " was already freed (its memory still waits for other streams)");
+  }
+  if (block->stream_uses.empty()) {
+    live_.erase(ptr);
+    complete_free(block, EventKind::kFree);
+    return;
+  }
+  // Record an event on every other stream that used the block; all or nothing.
+  std::vector<EventHandle> events;
+  events.reserve(block->stream_uses.size());
+  for (StreamHandle use : block->stream_uses) {
+    EventHandle event = 0;
+    try {
+      event = take_event();
+    } catch (...) {
+      spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+      throw;
+    }
+    Status status = backend_.record_event(event, use);
+    if (!status) {
+      spare_events_.push_back(event);
+      spare_events_.insert(spare_events_.end(), events.begin(), events.end());
+      throw Error(status.code(),
+                  "cannot free " + format_pointer(ptr) + ": recording its use on stream " +
+                      format_pointer(use) + " failed (" + status.message() +
+                      "); the block stays allocated. If that stream was destroyed, call "
+                      "release_stream() for it first.");
+    }
+    events.push_back(event);
+  }
+  block->state = BlockState::kPendingFree;
+  block->pending_events = static_cast<int>(events.size());
+  for (EventHandle event : events) pending_.push_back({block, event});
+  emit_block(EventKind::kFreeRequested, block);
+}
+
+void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
+  std::lock_guard lock(mutex_);
+  Block* block = live_.find(ptr);
+  if (block == nullptr) throw_unknown_pointer(ptr, "record_stream on");
+  if (block->state != BlockState::kAllocated) {
+    throw Error(ErrorCode::kDoubleFree,
+                "record_stream on " + format_pointer(ptr) + ", which was already freed");
+  }
+  if (stream == block->range->owner->stream) return;
+  if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
+      block->stream_uses.end()) {
+    block->stream_uses.push_back(stream);
+  }
+}
+
+EventHandle CachingAllocator::Impl::take_event() {
+  if (!spare_events_.empty()) {
+    EventHandle event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+  EventHandle event = 0;
+  throw_if_error(backend_.create_event(&event), "creating an event");
+  return event;
+}
+
+// `kind` is kFree for a free that completes at once, else kFreeCompleted.
+void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) {
+  AddressRange& range = *block->range;
+  StreamHeaps& owner = *range.owner;
+  if (range.is_span) mark_pages(*block, -1);
+  AllocatorEvent event{kind};  // sent once the merges below have added their split changes
+  event.pool = range.pool;
+  event.stream = owner.stream;
+  event.address = block->address;
+  event.size = block->size;
+  event.requested = block->requested;
+  event.tag = block->tag;
+  const DevicePtr freed_start = block->address;
+  const DevicePtr freed_end = block->end();
+  block->state = BlockState::kFree;
+  block->requested = 0;
+  block->tag = kUntagged;
+  block->stream_uses.clear();
+  block->pending_events = 0;
+  range.active_blocks--;
+
+  FreeBlockIndex& index = owner.free[pool_index(range.pool)];
+  if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::kFree) {
+    index.remove(prev);
+    set_inactive_split(prev, false);
+    prev->size += block->size;
+    unlink(block);
+    block = prev;
+  }
+  if (Block* next = block->next; next != nullptr && next->state == BlockState::kFree) {
+    index.remove(next);
+    set_inactive_split(next, false);
+    block->size += next->size;
+    unlink(next);
+  }
+  index.insert(block);
+  refresh_inactive_split(block);
+  emit(event.kind, event.pool, event.stream, event.address, event.size, event.requested,
+       event.tag);
+  if (!range.is_span) return;
+
+  // Pages the freed bytes touched that now lie wholly in free space.
+  const auto [whole_first, whole_last] = whole_pages(range, block->address, block->end());
+  const std::size_t lo = std::max(page_of(range, freed_start), whole_first);
+  const std::size_t hi = std::min(page_of(range, freed_end - 1) + 1, whole_last);
+  if (hi > lo) free_mapped_pages_[pool_index(range.pool)] += range.count_mapped(lo, hi);
+  // Work queued on the stream so far may still touch these bytes.
+  block->freed_at_fence = owner.next_fence;
+  owner.page_freed_since_last_fence = true;
+  if (options_.max_free_mapped_bytes != SIZE_MAX) trim_free_mapped(range.pool);
+}
+
+void CachingAllocator::Impl::process_completed_frees() {
+  std::lock_guard lock(mutex_);
+  process_completed_frees_locked();
+}
+
+void CachingAllocator::Impl::process_completed_frees_locked() {
+  for (std::size_t i = 0; i < pending_.size();) {
+    PendingEvent entry = pending_[i];
+    EventState state = EventState::kPending;
+    throw_if_error(backend_.query_event(entry.event, &state),
+                   "querying a cross-stream free event");
+    if (state != EventState::kComplete) {
+      ++i;
+      continue;
+    }
+    spare_events_.push_back(entry.event);
+    pending_[i] = pending_.back();
+    pending_.pop_back();
+    if (--entry.block->pending_events == 0) {
+      live_.erase(entry.block->address);
+      complete_free(entry.block, EventKind::kFreeCompleted);
+    }
+  }
+}
+
+}  // namespace vramledger

@@ -1,0 +1,102 @@
+// alias_pending_pages (AllocatorOptions): a stream's own free pages whose last use is still
+// queued serve a new address by mapping their memory there too; the old address retires
+// (is unmapped) once the fence covering its free completes.
+#include <optional>
+
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+// alias_pending_pages: a chunk of `owner`'s own, wholly inside a free block whose last use is
+// still queued (so it cannot be unmapped yet), of at most `max_pages` pages. Its physical
+// memory leaves the old address (which turns retiring: still mapped in the driver, unusable)
+// for the caller to map at the new one. Work queued on the stream before the free runs before
+// anything the new address is used for, so the sharing is safe; the ledger sees an unmap here.
+std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
+    StreamHeaps& owner, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion) {
+  retire_mappings(owner, /*wait=*/false);
+  const int p = pool_index(pool);
+  for (AddressRange* span : owner.ranges[p]) {
+    if (!span->is_span) continue;
+    for (Block* b = span->first; b != nullptr; b = b->next) {
+      if (b->state != BlockState::kFree || b->freed_at_fence <= owner.completed_fence) continue;
+      const auto [first, last] = whole_pages(*span, b->address, b->end());
+      if (first >= last || span->count_mapped(first, last) == 0) continue;
+      std::optional<std::size_t> head;
+      for_each_mapped(*span, first, last, [&](std::size_t page) {
+        if (head || !span->is_chunk_head(page)) return;
+        const std::size_t pages = span->chunk_pages(page);
+        if (pages <= max_pages && page + pages <= last &&
+            !exclusion.intersects(span, page, pages)) {
+          head = page;
+        }
+      });
+      if (!head) continue;
+      issue_fence(owner);  // the fence that will prove the old address idle must exist
+      const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
+      span->set_retiring(*head, chunk.pages, true);
+      owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle});
+      ++retiring_mappings_;
+      free_mapped_pages_[p] -= chunk.pages;
+      emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
+           chunk.pages * page_bytes_);
+      return chunk;
+    }
+  }
+  return std::nullopt;
+}
+
+// Unmaps the old addresses of aliased chunks once the work queued before their free has
+// finished (with `wait`, waiting for it); only those in pages [first, last) of `span` when
+// one is given.
+void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wait,
+                                             const AddressRange* span, std::size_t first,
+                                             std::size_t last) {
+  if (heaps.retiring.empty()) return;
+  poll_fences(heaps);
+  for (std::size_t i = 0; i < heaps.retiring.size();) {
+    const StreamHeaps::RetiringMapping& r = heaps.retiring[i];
+    const bool wanted =
+        span == nullptr || (r.span == span && r.head < last && r.head + r.pages > first);
+    if (!wanted || (!wait && r.fence > heaps.completed_fence)) {
+      ++i;
+      continue;
+    }
+    retire(heaps, i);
+  }
+}
+
+// Unmaps retiring mapping `index` of `heaps`, waiting for its fence first if need be.
+void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
+  const StreamHeaps::RetiringMapping r = heaps.retiring[index];
+  if (r.fence > heaps.completed_fence) {
+    ++alias_waits_;
+    wait_for_fence(heaps, r.fence);
+    if (r.fence > heaps.completed_fence) {
+      throw_if_error(backend_.synchronize_device(), "waiting for aliased pages");
+      mark_all_frees_idle(heaps);
+    }
+  }
+  const DevicePtr va = r.span->base + r.head * page_bytes_;
+  throw_if_error(backend_.unmap_pages(va, r.pages * page_bytes_, 1),
+                 "unmapping the old address " + format_pointer(va) + " of aliased memory");
+  r.span->set_retiring(r.head, r.pages, false);
+  heaps.retiring[index] = heaps.retiring.back();
+  heaps.retiring.pop_back();
+  --retiring_mappings_;
+}
+
+// Physical memory leaving its stream (the free physical pool, the driver) must no longer be
+// mapped at an old address whose work may still run.
+void CachingAllocator::Impl::retire_handle(PhysicalHandle handle) {
+  for (auto& heaps : streams_) {
+    for (std::size_t i = 0; i < heaps->retiring.size(); ++i) {
+      if (heaps->retiring[i].handle == handle) {
+        retire(*heaps, i);
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace vramledger

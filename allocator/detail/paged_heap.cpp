@@ -1,0 +1,235 @@
+// The paged heap (VMM backends): address ranges are large virtual spans per stream and pool;
+// physical pages are mapped only under pages some live block touches, and a page no live
+// block touches can be unmapped and its memory re-mapped anywhere else. Where the memory
+// comes from is the physical pool's business (physical_pool.cpp).
+#include <vector>
+
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+  FreeBlockIndex& index = heaps.free[pool_index(pool)];
+  Block* block = index.find(size);
+  if (block == nullptr) {
+    block = add_span(heaps, pool, size);
+  } else if (pages_to_map(*block->range, block->address, size) > 0) {
+    block = fit_needing_fewest_new_pages(index, size, block);
+  }
+  back_with_pages(*block, block->address, size);  // throws with nothing changed
+  index.remove(block);
+  if (block->size > size) index.insert(split_front(block, size));
+  mark_pages(*block, +1);
+  return block;
+}
+
+// Maps every page under [address, address + size), which lies in the free block `block`, and
+// takes the block's free mapped pages that the allocation uses out of the free count. Throws
+// with nothing changed.
+void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePtr address,
+                                             std::size_t size) {
+  AddressRange& span = *block.range;
+  const auto [whole_first, whole_last] = whole_pages(span, block.address, block.end());
+  const std::size_t lo = std::max(page_of(span, address), whole_first);
+  const std::size_t hi = std::min(page_of(span, address + size - 1) + 1, whole_last);
+  const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
+  map_pages_for(span, address, size);
+  free_mapped_pages_[pool_index(span.pool)] -= reused;
+}
+
+// The best fit by size needs new pages, which costs driver calls and, when no page is free
+// anywhere, memory: look at a few other fits for one that needs fewer.
+Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex& index,
+                                                            std::size_t size,
+                                                            Block* best_fit) const {
+  constexpr int kCandidates = 8;
+  Block* best = best_fit;
+  std::size_t best_pages = pages_to_map(*best_fit->range, best_fit->address, size);
+  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
+    if (best_pages == 0) return;
+    const std::size_t pages = pages_to_map(*candidate->range, candidate->address, size);
+    if (pages < best_pages) {
+      best = candidate;
+      best_pages = pages;
+    }
+  });
+  return best;
+}
+
+std::size_t CachingAllocator::Impl::pages_to_map(const AddressRange& span, DevicePtr address,
+                                                 std::size_t size) const {
+  const std::size_t first = page_of(span, address);
+  const std::size_t last = page_of(span, address + size - 1);
+  return last - first + 1 - span.count_mapped(first, last + 1);
+}
+
+Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+  const std::size_t bytes = std::max(span_bytes_[pool_index(pool)], round_up(size, page_bytes_));
+  DevicePtr base = 0;
+  throw_if_error(backend_.reserve_address_range(bytes, &base),
+                 "reserving " + format_bytes(bytes) + " of address space");
+  emit(EventKind::kVirtualReserve, pool, heaps.stream, base, bytes);
+  return add_range(heaps, pool, base, bytes, /*is_span=*/true);
+}
+
+// Maps every page under [address, address + size). Each run of unmapped pages is filled with
+// as few physical chunks as the free physical pool and max_chunk_pages_ allow; a first or last
+// page the allocation only partly covers gets a chunk of its own, since a neighbour may come
+// to share it and would otherwise pin the allocation's whole chunk after it is freed. On
+// failure nothing is mapped that was not before; physical memory obtained on the way stays in
+// the free physical pool.
+void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr address,
+                                           std::size_t size) {
+  const std::size_t first = page_of(span, address);
+  const std::size_t last = page_of(span, address + size - 1);
+  if (span.count_mapped(first, last + 1) == last - first + 1) return;
+  // An old address of aliased memory is still mapped until its work is done.
+  if (span.any_retiring(first, last + 1)) {
+    retire_mappings(*span.owner, /*wait=*/true, &span, first, last + 1);
+  }
+  const bool first_shared = (address - span.base) % page_bytes_ != 0;
+  const bool last_shared = (address + size - span.base) % page_bytes_ != 0;
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // (first page, pages)
+  for (std::size_t i = first; i <= last; ++i) {
+    if (span.is_mapped(i)) continue;
+    const bool starts_run = (i == first + 1 && first_shared) || (i == last && last_shared);
+    if (!runs.empty() && runs.back().first + runs.back().second == i && !starts_run) {
+      runs.back().second++;
+    } else {
+      runs.emplace_back(i, 1);
+    }
+  }
+  const std::vector<PhysicalChunk> chunks =
+      acquire_physical(*span.owner, span.pool, runs, PageExclusion{&span, first, last});
+  std::size_t next = 0;
+  std::vector<std::size_t> mapped_heads;
+  for (const auto& [run_first, run_pages] : runs) {
+    std::size_t page = run_first;
+    while (page < run_first + run_pages) {
+      const PhysicalChunk chunk = chunks[next];
+      const DevicePtr va = span.base + page * page_bytes_;
+      Status status = backend_.map_pages(va, chunk.pages * page_bytes_,
+                                         std::span<const PhysicalHandle>(&chunk.handle, 1));
+      if (!status) {
+        // Undo this call's mappings; keep all physical memory for later.
+        for (std::size_t k = next; k < chunks.size(); ++k) put_spare(span.pool, chunks[k]);
+        std::size_t undone = 0;
+        try {
+          for (; undone < mapped_heads.size(); ++undone) {
+            unmap_chunk(span, mapped_heads[undone], /*was_free=*/false);
+          }
+        } catch (...) {
+          // What stays mapped lies wholly in the free block the allocation would have used.
+          for (; undone < mapped_heads.size(); ++undone) {
+            free_mapped_pages_[pool_index(span.pool)] += span.chunk_pages(mapped_heads[undone]);
+          }
+          throw;
+        }
+        throw_if_error(status, "mapping " + format_bytes(chunk.pages * page_bytes_) + " at " +
+                                   format_pointer(va));
+      }
+      span.set_chunk_mapped(page, chunk);
+      mapped_heads.push_back(page);
+      emit(EventKind::kMap, span.pool, span.owner->stream, va, chunk.pages * page_bytes_);
+      page += chunk.pages;
+      ++next;
+    }
+  }
+}
+
+// Unmaps the chunk mapped from page `head` on, which no active block touches; its memory goes
+// to the free physical pool. Returns its page count.
+std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::size_t head,
+                                                bool was_free) {
+  const DevicePtr va = span.base + head * page_bytes_;
+  const std::size_t pages = span.chunk_pages(head);
+  throw_if_error(backend_.unmap_pages(va, pages * page_bytes_, 1),
+                 "unmapping the " + format_bytes(pages * page_bytes_) + " at " +
+                     format_pointer(va));
+  put_spare(span.pool, span.clear_chunk_mapped(head));
+  if (was_free) free_mapped_pages_[pool_index(span.pool)] -= pages;
+  emit(EventKind::kUnmap, span.pool, span.owner->stream, va, pages * page_bytes_);
+  return pages;
+}
+
+// Unmaps free mapped chunks of `pool` of at most `max_chunk` pages, until at least `count`
+// pages are unmapped, moving their memory to the free physical pool. A chunk qualifies when
+// all its pages lie wholly inside one free block; without `wait`, only when the stream that
+// freed it has provably finished with it. `choice` limits the streams looked at
+// (their own or the others of `stream`). Returns the pages unmapped.
+std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std::size_t count,
+                                                      std::size_t max_chunk, bool wait,
+                                                      const PageExclusion& exclusion,
+                                                      StreamChoice choice,
+                                                      const StreamHeaps* stream) {
+  const int p = pool_index(pool);
+  std::size_t unmapped = 0;
+  for (auto& heaps : streams_) {
+    if (choice == StreamChoice::kOnly && heaps.get() != stream) continue;
+    if (choice == StreamChoice::kOthers && heaps.get() == stream) continue;
+    for (AddressRange* span : heaps->ranges[p]) {
+      if (!span->is_span) continue;
+      for (Block* b = span->first; b != nullptr; b = b->next) {
+        if (unmapped >= count || free_mapped_pages_[p] == 0) return unmapped;
+        if (b->state != BlockState::kFree) continue;
+        const auto [first, last] = whole_pages(*span, b->address, b->end());
+        if (first >= last || span->count_mapped(first, last) == 0) continue;
+        std::vector<std::size_t> heads;
+        for_each_mapped(*span, first, last, [&](std::size_t page) {
+          if (!span->is_chunk_head(page)) return;
+          const std::size_t pages = span->chunk_pages(page);
+          if (pages <= max_chunk && page + pages <= last &&
+              !exclusion.intersects(span, page, pages)) {
+            heads.push_back(page);
+          }
+        });
+        if (heads.empty()) continue;
+        if (b->freed_at_fence > heaps->completed_fence) {
+          issue_fence(*heaps);
+          poll_fences(*heaps);
+          if (wait) wait_for_fence(*heaps, b->freed_at_fence);
+          if (b->freed_at_fence > heaps->completed_fence) continue;
+        }
+        for (std::size_t head : heads) {
+          if (unmapped >= count) break;
+          unmapped += unmap_chunk(*span, head, /*was_free=*/true);
+        }
+      }
+    }
+  }
+  return unmapped;
+}
+
+// Adds (+1) or removes (-1) the block's bytes on its first and last page and announces the
+// change of those pages' free bytes (the paged heap's inactive split: free bytes on pages that
+// active blocks hold, which no page-sized request can use).
+void CachingAllocator::Impl::mark_pages(const Block& block, int direction) {
+  AddressRange& span = *block.range;
+  const std::size_t first = page_of(span, block.address);
+  const std::size_t last = page_of(span, block.end() - 1);
+  mark_edge_page(span, block, first, direction);
+  if (last != first) mark_edge_page(span, block, last, direction);
+}
+
+void CachingAllocator::Impl::mark_edge_page(AddressRange& span, const Block& block,
+                                            std::size_t index, int direction) {
+  PageUse& page = span.page_use[index];
+  const DevicePtr page_start = span.base + index * page_bytes_;
+  const std::size_t overlap =
+      std::min(block.end(), page_start + page_bytes_) - std::max(block.address, page_start);
+  const std::size_t old_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+  if (direction > 0) {
+    page.users++;
+    page.active_bytes += overlap;
+  } else {
+    page.users--;
+    page.active_bytes -= overlap;
+  }
+  const std::size_t new_fragment = page.users > 0 ? page_bytes_ - page.active_bytes : 0;
+  if (old_fragment == new_fragment) return;
+  note_split_change((new_fragment > 0 ? 1 : 0) - (old_fragment > 0 ? 1 : 0),
+                    static_cast<std::int64_t>(new_fragment) -
+                        static_cast<std::int64_t>(old_fragment));
+}
+
+}  // namespace vramledger

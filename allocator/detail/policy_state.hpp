@@ -1,0 +1,322 @@
+// The caching allocator's state, declared once for every tier of the policy (as mimalloc's
+// types.h is for its files). CachingAllocator (caching_allocator.hpp) is the contract; its Impl,
+// declared here, holds every field of every tier, and each tier defines its member functions in
+// a file of its own (docs/design.md walks a request through them):
+//
+//   caching_allocator.cpp      requests: allocate, allocate_at, OOM retry, the public facade
+//   detail/block_tiling.cpp    address ranges tiled by blocks: add, split, unlink, inactive split
+//   detail/segment_heap.cpp    backend segments, split and merged, released whole (PyTorch's model)
+//   detail/paged_heap.cpp      virtual spans, pages mapped under live blocks, idle pages unmapped
+//   detail/physical_pool.cpp   created, unmapped physical chunks and where new pages come from
+//   detail/fences.cpp          per-stream fences proving freed pages idle without blocking
+//   detail/page_aliasing.cpp   alias_pending_pages: pending pages re-mapped, old addresses retired
+//   detail/frees.cpp           frees, immediate and cross-stream (record_stream events)
+//   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
+//   detail/census.cpp          queries: describe, segments, the census and its invariant checks
+//
+// Locking: one SpinMutex per allocator (one allocator per device). The public operations take it;
+// every other member function expects it held (the `_locked` suffix marks the two that public
+// operations also call).
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/detail/address_range.hpp"
+#include "allocator/detail/block.hpp"
+#include "allocator/detail/block_address_map.hpp"
+#include "allocator/detail/free_block_index.hpp"
+#include "allocator/detail/object_pool.hpp"
+#include "allocator/spin_mutex.hpp"
+
+namespace vramledger {
+
+// Free lists, ranges and fences of one stream.
+struct StreamHeaps {
+  StreamHandle stream = 0;
+  FreeBlockIndex free[2];
+  std::vector<AddressRange*> ranges[2];
+  // Fences prove, without blocking, that work queued on the stream before some free has
+  // finished, so the freed pages may be unmapped. A page freed while next_fence == n is idle
+  // once fence n has completed.
+  std::uint64_t next_fence = 1;
+  std::uint64_t completed_fence = 0;
+  bool page_freed_since_last_fence = false;
+  std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
+  // Old addresses of chunks aliased to a new address of this stream (alias_pending_pages): still
+  // mapped until fence `fence` completes, then unmapped.
+  struct RetiringMapping {
+    AddressRange* span;
+    std::size_t head;
+    std::size_t pages;
+    std::uint64_t fence;
+    PhysicalHandle handle;  // now also mapped at the new address
+  };
+  std::vector<RetiringMapping> retiring;
+};
+
+struct PendingEvent {
+  Block* block;
+  EventHandle event;
+};
+
+class CachingAllocator::Impl {
+ public:
+  Impl(DeviceBackend& backend, AllocatorObserver* observer, AllocatorOptions options);
+  ~Impl() { release_everything_at_exit(); }
+
+  // ---- public operations (the facade forwards to these; each takes the lock)
+
+  // caching_allocator.cpp
+  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag);
+  DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag);
+  void set_cap(std::size_t cap);
+  void set_no_split(bool no_split);
+  std::size_t cap() const;
+  bool owns(DevicePtr ptr) const;
+  const AllocatorOptions& options() const { return options_; }
+  DeviceBackend& backend() const { return backend_; }
+  // detail/frees.cpp
+  void deallocate(DevicePtr ptr);
+  void record_stream(DevicePtr ptr, StreamHandle stream);
+  void process_completed_frees();
+  // detail/cache_release.cpp
+  void empty_cache();
+  void release_stream(StreamHandle stream);
+  // detail/census.cpp
+  AllocationInfo describe(DevicePtr ptr) const;
+  std::vector<SegmentInfo> segments() const;
+  BlockCensus census() const;
+
+ private:
+  // Larger requests are certainly mistakes (the largest GPUs hold well under 1 TiB); refusing
+  // them early also keeps every size computation below far from overflow.
+  static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 44;  // 16 TiB
+
+  static std::size_t round_up(std::size_t value, std::size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+  }
+  static constexpr int pool_index(PoolKind pool) { return static_cast<int>(pool); }
+  static std::string format_bytes(std::size_t bytes);   // caching_allocator.cpp
+  static std::string format_pointer(DevicePtr ptr);
+
+  // ---- events (inline: every operation sends one)
+
+  void emit(EventKind kind, PoolKind pool, StreamHandle stream, DevicePtr address,
+            std::size_t size, std::size_t requested = 0, TagId tag = kUntagged) {
+    if (kind == EventKind::kAlloc) {
+      active_bytes_ += size;
+      peak_active_bytes_ = std::max(peak_active_bytes_, active_bytes_);
+    } else if (kind == EventKind::kFree || kind == EventKind::kFreeCompleted) {
+      active_bytes_ -= size;
+    }
+    if (observer_ == nullptr) return;
+    AllocatorEvent event;
+    event.kind = kind;
+    event.pool = pool;
+    event.tag = tag;
+    event.stream = stream;
+    event.address = address;
+    event.size = size;
+    event.requested = requested;
+    event.inactive_split_delta = pending_split_count_;
+    event.inactive_split_bytes_delta = pending_split_bytes_;
+    pending_split_count_ = 0;
+    pending_split_bytes_ = 0;
+    observer_->on_event(event);
+  }
+
+  // Inactive split changes wait for the event of the operation that caused them and travel on
+  // it (see AllocatorEvent), so the fast path sends one event per call.
+  void note_split_change(int count, std::int64_t bytes) {
+    pending_split_count_ += count;
+    pending_split_bytes_ += bytes;
+  }
+  void emit_block(EventKind kind, const Block* block) {
+    emit(kind, block->range->pool, block->range->owner->stream, block->address, block->size,
+         block->requested, block->tag);
+  }
+
+  // ---- requests (caching_allocator.cpp)
+
+  DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag);
+  Block* free_block_holding(StreamHeaps& heaps, PoolKind pool, DevicePtr address,
+                            std::size_t size);
+  StreamHeaps& heaps_for(StreamHandle stream);
+  Block* allocate_once(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  std::string describe_oom(std::size_t bytes, StreamHandle stream, const char* cause) const;
+
+  // ---- blocks tiling address ranges (detail/block_tiling.cpp)
+
+  Block* add_range(StreamHeaps& heaps, PoolKind pool, DevicePtr base, std::size_t bytes,
+                   bool is_span);
+  Block* split_front(Block* block, std::size_t size);
+  void unlink(Block* block);
+  void refresh_inactive_split(Block* block);
+  void set_inactive_split(Block* block, bool value);
+
+  // ---- segment heap (detail/segment_heap.cpp)
+
+  Block* allocate_from_segments(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  std::size_t segment_size_for(PoolKind pool, std::size_t size) const;
+  Block* add_segment(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  void ensure_within_cap(std::size_t more) const;
+
+  // ---- paged heap (detail/paged_heap.cpp)
+
+  // Where a page-level operation must not take pages from: the pages an allocation is about to
+  // use.
+  struct PageExclusion {
+    const AddressRange* span = nullptr;
+    std::size_t first = 0;
+    std::size_t last = 0;  // inclusive
+    // Whether any of the pages [from, from + count) is excluded.
+    bool intersects(const AddressRange* range, std::size_t from, std::size_t count) const {
+      return range == span && from <= last && from + count > first;
+    }
+  };
+  // Which streams' idle pages unmap_idle_chunks looks at, relative to a given stream.
+  enum class StreamChoice { kAll, kOnly, kOthers };
+
+  std::size_t page_of(const AddressRange& span, DevicePtr address) const {
+    return (address - span.base) / page_bytes_;
+  }
+  // Pages lying entirely inside [address, end): [first, last).
+  std::pair<std::size_t, std::size_t> whole_pages(const AddressRange& span, DevicePtr address,
+                                                  DevicePtr end) const {
+    const std::size_t first = (address - span.base + page_bytes_ - 1) / page_bytes_;
+    const std::size_t last = (end - span.base) / page_bytes_;
+    return {first, std::max(first, last)};
+  }
+  // Calls visit(page) for every mapped page in [first, last).
+  template <typename Visit>
+  static void for_each_mapped(const AddressRange& span, std::size_t first, std::size_t last,
+                              Visit&& visit) {
+    last = std::min(last, span.mapped_bits.size() * 64);
+    for (std::size_t word = first / 64; word * 64 < last; ++word) {
+      std::uint64_t bits = span.mapped_bits[word];
+      while (bits != 0) {
+        const std::size_t page = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        bits &= bits - 1;
+        if (page >= first && page < last) visit(page);
+      }
+    }
+  }
+
+  Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  void back_with_pages(const Block& block, DevicePtr address, std::size_t size);
+  Block* fit_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
+                                      Block* best_fit) const;
+  std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
+  Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);
+  std::size_t unmap_chunk(AddressRange& span, std::size_t head, bool was_free);
+  std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
+                                bool wait, const PageExclusion& exclusion,
+                                StreamChoice choice = StreamChoice::kAll,
+                                const StreamHeaps* stream = nullptr);
+  void mark_pages(const Block& block, int direction);
+  void mark_edge_page(AddressRange& span, const Block& block, std::size_t index, int direction);
+
+  // ---- the free physical pool (detail/physical_pool.cpp)
+
+  void put_spare(PoolKind pool, PhysicalChunk chunk);
+  std::optional<PhysicalChunk> take_spare(PoolKind pool, std::size_t max_pages);
+  void release_chunk(PoolKind pool, PhysicalChunk chunk);
+  std::size_t release_spare_larger_than(PoolKind pool, std::size_t max_pages);
+  std::optional<PhysicalChunk> create_chunk(PoolKind pool, std::size_t pages,
+                                            std::string* shortage);
+  std::size_t chunk_pages_for(std::size_t run_pages) const;
+  bool may_grow_instead_of_taking_from_other_streams(std::size_t pages) const;
+  std::vector<PhysicalChunk> acquire_physical(
+      StreamHeaps& owner, PoolKind pool,
+      const std::vector<std::pair<std::size_t, std::size_t>>& runs,
+      const PageExclusion& exclusion);
+
+  // ---- fences (detail/fences.cpp)
+
+  void poll_fences(StreamHeaps& heaps);
+  void issue_fence(StreamHeaps& heaps);
+  void wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence);
+  void mark_all_frees_idle(StreamHeaps& heaps);
+
+  // ---- aliasing of pending pages (detail/page_aliasing.cpp)
+
+  std::optional<PhysicalChunk> alias_pending_chunk(StreamHeaps& owner, PoolKind pool,
+                                                   std::size_t max_pages,
+                                                   const PageExclusion& exclusion);
+  void retire_mappings(StreamHeaps& heaps, bool wait, const AddressRange* span = nullptr,
+                       std::size_t first = 0, std::size_t last = SIZE_MAX);
+  void retire(StreamHeaps& heaps, std::size_t index);
+  void retire_handle(PhysicalHandle handle);
+
+  // ---- frees (detail/frees.cpp)
+
+  EventHandle take_event();
+  void complete_free(Block* block, EventKind kind);
+  void process_completed_frees_locked();
+
+  // ---- giving memory back (detail/cache_release.cpp)
+
+  void release_cached_locked();
+  void release_idle_ranges(StreamHeaps& heaps, int p, bool free_spans = false);
+  void trim_free_mapped(PoolKind pool);
+  void trim_free_physical(std::size_t keep_bytes);
+  void release_everything_at_exit() noexcept;
+
+  // ---- queries and errors (detail/census.cpp)
+
+  const Block* block_containing(DevicePtr ptr) const;
+  [[noreturn]] void throw_unknown_pointer(DevicePtr ptr, const char* action) const;
+  std::pair<std::size_t, std::size_t> backed_bytes(const AddressRange& range, DevicePtr address,
+                                                   std::size_t size) const;
+  std::size_t count_free_blocks(const StreamHeaps& heaps, int p) const;
+  std::size_t count_range(const AddressRange& range, BlockCensus::PerPool& out,
+                          std::size_t& live_seen) const;
+
+  // ---------------------------------------------------------------- state
+
+  mutable SpinMutex mutex_;  // see spin_mutex.hpp: std::mutex collapsed under 4+ threads
+  DeviceBackend& backend_;
+  AllocatorObserver* observer_;
+  AllocatorOptions options_;
+  std::size_t cap_;
+  bool paged_ = false;
+  std::size_t page_bytes_ = 0;
+  std::size_t span_bytes_[2] = {0, 0};
+  std::size_t reserved_bytes_ = 0;
+  // Bytes of active blocks (allocated, or freed and awaiting other streams) and their peak: the
+  // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams).
+  std::size_t active_bytes_ = 0;
+  std::size_t peak_active_bytes_ = 0;
+  std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
+  std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
+  std::int32_t pending_split_count_ = 0;    // see note_split_change
+  std::int64_t pending_split_bytes_ = 0;
+
+  ObjectPool<Block> block_pool_;
+  BlockAddressMap live_;  // allocated and pending-free blocks by start address
+  std::vector<std::unique_ptr<StreamHeaps>> streams_;
+  StreamHeaps* last_stream_ = nullptr;
+  std::vector<PendingEvent> pending_;
+  std::vector<EventHandle> spare_events_;
+
+  std::size_t free_mapped_pages_[2] = {0, 0};  // mapped pages wholly inside free blocks
+  // Created, unmapped, ready to map: handles by chunk size in pages.
+  std::map<std::size_t, std::vector<PhysicalHandle>> free_physical_[2];
+  std::size_t free_physical_pages_[2] = {0, 0};
+  std::size_t max_chunk_pages_ = 1;  // largest chunk created at once
+};
+
+}  // namespace vramledger
