@@ -18,6 +18,21 @@ constexpr std::size_t kUnlimited = std::numeric_limits<std::size_t>::max();
 constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
+constexpr std::size_t kTiB = std::size_t{1} << 40;
+
+// Bounds on what a setting can mean on a device. The largest GPU memory today is under 300 GB
+// (H200 141 GB, B200 192 GB, B300 288 GB); 4 TiB leaves room for a decade and keeps sums of a
+// few settings far from overflowing 64 bits inside the policy.
+constexpr std::size_t kLargestDeviceBytes = 4 * kTiB;
+// A rounding beyond 1 GiB makes every request hold at least that much; 2^43 mapped the whole
+// device per request and 2^62 made the paged heap loop forever (issue 16).
+constexpr std::size_t kLargestRoundBytes = kGiB;
+// Pages are the device granularity (2 MiB) or a small multiple of it.
+constexpr std::size_t kLargestPageBytes = kGiB;
+// Spans default to twice the device memory.
+constexpr std::size_t kLargestSpanBytes = 2 * kLargestDeviceBytes;
+// The policy reads the slack as a percentage above a peak; beyond 100x it means "never take".
+constexpr std::size_t kLargestSlackPercent = 10000;
 
 constexpr std::array<std::string_view, 5> kBackends = {"auto", "simulated", "cuda_malloc", "vmm",
                                                        "malloc_async"};
@@ -32,6 +47,8 @@ struct SizeRule {
   const char* zero_is_invalid_because = nullptr;  // null: 0 is meaningful
   bool accepts_unlimited = false;
   bool must_be_power_of_two = false;
+  std::size_t max_bytes = kLargestDeviceBytes;  // the largest meaningful value, in bytes
+  const char* max_reason = "more memory than any device has";
 };
 
 struct KeySpec {
@@ -49,7 +66,7 @@ const std::array<KeySpec, 16>& key_table() {
        "round_bytes",
        ValueKind::kSize,
        {&AllocatorOptions::round_bytes, 1, "bytes", "requests cannot be rounded to 0", false,
-        true}},
+        true, kLargestRoundBytes, "every request would be rounded up to more than 1 GiB"}},
       {"small_size_limit_kb",
        "small_size_limit_kb",
        ValueKind::kSize,
@@ -71,11 +88,13 @@ const std::array<KeySpec, 16>& key_table() {
       {"page_mb",
        "page_mb",
        ValueKind::kSize,
-       {&AllocatorOptions::page_bytes, kMiB, "MiB", nullptr, false, false}},
+       {&AllocatorOptions::page_bytes, kMiB, "MiB", nullptr, false, false, kLargestPageBytes,
+        "pages are the device granularity (2 MiB) or a small multiple of it"}},
       {"span_gb",
        "span_gb",
        ValueKind::kSize,
-       {&AllocatorOptions::span_bytes, kGiB, "GiB", nullptr, false, false}},
+       {&AllocatorOptions::span_bytes, kGiB, "GiB", nullptr, false, false, kLargestSpanBytes,
+        "a span beyond twice the largest device memory reserves address space for nothing"}},
       {"max_free_mapped_mb",
        "max_free_mapped_mb",
        ValueKind::kSize,
@@ -92,7 +111,8 @@ const std::array<KeySpec, 16>& key_table() {
       {"cross_stream_slack_pct",
        "cross_stream_slack_pct",
        ValueKind::kSize,
-       {&AllocatorOptions::cross_stream_slack_percent, 1, "percent", nullptr, false, false}},
+       {&AllocatorOptions::cross_stream_slack_percent, 1, "percent", nullptr, false, false,
+        kLargestSlackPercent, "beyond 100-fold the peak, growth is never limited anyway"}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,
@@ -171,12 +191,17 @@ std::optional<std::string> rule_violation(const SizeRule& rule, std::uint64_t un
   if (units > kUnlimited / rule.unit) {
     return std::to_string(units) + " " + rule.unit_name + " do not fit in a 64-bit byte count";
   }
+  if (units * rule.unit > rule.max_bytes) {
+    return "at most " + std::to_string(rule.max_bytes / rule.unit) + " " + rule.unit_name +
+           " (" + rule.max_reason + ")";
+  }
   return std::nullopt;
 }
 
 std::size_t parse_size(const KeySpec& spec, std::string_view value) {
   const SizeRule& rule = spec.size;
   if (rule.accepts_unlimited && value == "unlimited") return kUnlimited;
+
   if (value.front() == '-' && is_digits(value.substr(1))) {
     fail_value(spec.name, value, "must not be negative");
   }

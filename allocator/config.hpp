@@ -25,6 +25,10 @@
 //
 // Units are binary: KiB = 2^10, MiB = 2^20, GiB = 2^30 bytes. Numbers are unsigned decimal
 // integers. AllocatorOptions fields without a key keep their defaults.
+//
+// Every number is bounded by what a device can mean: round_bytes and page_mb at most 1 GiB,
+// span_gb at most 8 TiB, cross_stream_slack_pct at most 10000, every other size at most 4 TiB
+// (more memory than any device has). (A page, at most 1 GiB, always fits a span of >= 1 GiB.)
 #pragma once
 
 #include <string>
@@ -40,8 +44,9 @@ struct Config {
 };
 
 // Throws Error(ErrorCode::kInvalidArgument) naming the offending key and value for unknown or
-// duplicate keys, missing values, values that are not (non-negative, in-range) numbers, a
-// round_bytes that is not a power of two, 0 where 0 means nothing, and unknown backends.
+// duplicate keys, missing values, values that are not (non-negative, in-range) numbers, values
+// beyond the bounds above, a round_bytes that is not a power of two, 0 where 0 means nothing,
+// and unknown backends.
 Config parse_config(std::string_view text);
 
 // Every key, in the order of the table above, e.g. "backend:auto,round_bytes:512,...".

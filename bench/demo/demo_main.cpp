@@ -9,8 +9,11 @@
 //   vramledger-demo --trace bench/traces/corpus/gpt2_train.vlt.gz
 //
 // Arguments are parsed by hand: the GPU machine has no CLI library, and this must build there.
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -27,6 +30,7 @@
 #include "bench/demo/synthetic_training.hpp"
 #include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
+#include "bench/replay/tool_flags.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -38,9 +42,9 @@ constexpr const char* kUsage = R"(usage: vramledger-demo [options]
                        default: the paged heap ("") and the segment heap ("paged_heap:false")
   --trace FILE         replay this workload trace (.vlt / .vlt.gz) instead of the synthetic loop
   --write-trace FILE   write the synthetic loop's trace to FILE and continue
-  --steps N            training steps of the synthetic loop (default 40)
+  --steps N            training steps of the synthetic loop, 1 to 1000000 (default 40)
   --seed N             seed of the synthetic loop's batch/sequence draws (default 1)
-  --capacity-gib X     simulated device memory (default 140.4, an H200)
+  --capacity-gib X     simulated device memory, up to 4096 (default 140.4, an H200)
   --help
 )";
 
@@ -58,12 +62,14 @@ struct Options {
   std::exit(2);
 }
 
-std::uint64_t parse_number(std::string_view flag, const std::string& text) {
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || text[0] == '-') {
-    usage_error(std::string(flag) + " needs a whole number, got '" + text + "'");
-  }
+// Bounded: strtoull took " -1" as 2^64 - 1, and --steps 2^32 became 0 once cast to int.
+constexpr std::uint64_t kMaxSteps = 1000000;
+
+std::uint64_t parse_number(std::string_view flag, const std::string& text, std::uint64_t min,
+                           std::uint64_t max) {
+  std::uint64_t value = 0;
+  const std::string problem = parse_whole_number(text, min, max, value);
+  if (!problem.empty()) usage_error(std::string(flag) + ": " + problem);
   return value;
 }
 
@@ -86,13 +92,12 @@ Options parse_arguments(int argc, char** argv) {
     } else if (flag == "--write-trace") {
       options.write_trace_path = value;
     } else if (flag == "--steps") {
-      options.synthetic.steps = static_cast<int>(parse_number(flag, value));
+      options.synthetic.steps = static_cast<int>(parse_number(flag, value, 1, kMaxSteps));
     } else if (flag == "--seed") {
-      options.synthetic.seed = parse_number(flag, value);
+      options.synthetic.seed = parse_number(flag, value, 0, UINT64_MAX);
     } else if (flag == "--capacity-gib") {
-      char* end = nullptr;
-      options.capacity_gib = std::strtod(value.c_str(), &end);
-      if (*end != '\0' || !(options.capacity_gib > 0)) usage_error("--capacity-gib needs a size");
+      const std::string problem = parse_capacity_gib(value, options.capacity_gib);
+      if (!problem.empty()) usage_error("--capacity-gib: " + problem);
     } else {
       usage_error("unknown option " + std::string(flag));
     }
@@ -105,7 +110,15 @@ WorkloadTrace load_workload(const Options& options) {
   if (!options.trace_path.empty()) return read_workload_trace(options.trace_path);
   const std::string text = synthetic_training_trace(options.synthetic);
   if (!options.write_trace_path.empty()) {
-    std::ofstream(options.write_trace_path) << text;
+    errno = 0;
+    std::ofstream out(options.write_trace_path, std::ios::binary);
+    out << text;
+    out.flush();
+    if (!out) {  // a missing folder used to write nothing and exit 0
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--write-trace " + options.write_trace_path + ": cannot write: " +
+                      (errno != 0 ? std::strerror(errno) : "write failed"));
+    }
   }
   std::istringstream in(text);
   return parse_workload_trace(in, "synthetic training loop");

@@ -21,6 +21,7 @@
 #include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
 #include "bench/replay/simulated_gpu_lag.hpp"
+#include "bench/replay/tool_flag_validators.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -138,12 +139,13 @@ int main(int argc, char** argv) {
                  "heap)")
       ->allow_extra_args(false);
   app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
-      ->check(CLI::PositiveNumber);
+      ->check(vramledger::capacity_gib_validator());
   app.add_flag("--report", options.report, "print the ledger's account after each trace");
   app.add_flag("--check", options.check, "check the ledger against a recount after each replay");
   app.add_option("--gpu-lag-ops", options.gpu_lag_ops,
                  "simulated device only: the GPU runs behind the CPU, completing queued work once "
-                 "every N replayed operations (0: at once)");
+                 "every N replayed operations (0: at once)")
+      ->check(vramledger::whole_number_validator(0, 1000000000));
   CLI11_PARSE(app, argc, argv);
   if (options.confs.empty()) options.confs = {"", "paged_heap:false"};
   try {

@@ -12,7 +12,8 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
                              const std::function<void()>& after_operation) {
   std::vector<StreamHandle> streams(trace.stream_handles.size());
   for (std::uint32_t i = 0; i < streams.size(); ++i) streams[i] = stream_for(i);
-  std::vector<DevicePtr> pointers(trace.max_id + 1, 0);
+  // By slot, not by id: ids can be any 64-bit number (a huge one once crashed the replay).
+  std::vector<DevicePtr> pointers(trace.allocation_count, 0);
   ReplayResult result;
   // The instant reserved peaks, active memory at that instant (GMLake's "at peak" figure).
   std::int64_t peak_reserved_seen = -1;
@@ -29,7 +30,7 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
     switch (op.kind) {
       case WorkloadOp::Kind::kAlloc:
         try {
-          pointers[op.id] = allocator.allocate(op.bytes, streams[op.stream]);
+          pointers[op.slot] = allocator.allocate(op.bytes, streams[op.stream]);
           ++result.allocations;
           observe();
         } catch (const OutOfMemoryError&) {
@@ -38,8 +39,8 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
         break;
       case WorkloadOp::Kind::kFree:
       case WorkloadOp::Kind::kFreeCompleted:
-        if (pointers[op.id] != 0) allocator.deallocate(pointers[op.id]);
-        pointers[op.id] = 0;
+        if (pointers[op.slot] != 0) allocator.deallocate(pointers[op.slot]);
+        pointers[op.slot] = 0;
         break;
       case WorkloadOp::Kind::kFreeRequested:
         // Other streams still use it: its memory stays taken until the completion record.

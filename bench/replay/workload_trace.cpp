@@ -1,20 +1,25 @@
 #include "bench/replay/workload_trace.hpp"
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
-#include <sstream>
+#include <limits>
+#include <new>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
-#ifdef VRAMLEDGER_HAVE_ZLIB
-#include <zlib.h>
-#endif
+#include "bench/replay/bounded_line_reader.hpp"
 
 namespace vramledger {
 
 namespace {
 
 constexpr std::string_view kFirstLine = "# vramledger workload trace v1";
+// The ledger counts bytes in int64: more live bytes than that cannot be accounted.
+constexpr std::uint64_t kMaxLiveRequestedBytes = std::numeric_limits<std::int64_t>::max();
 
 // Splits on single spaces.
 std::vector<std::string_view> fields_of(std::string_view line) {
@@ -55,127 +60,173 @@ class LineParser {
 
 }  // namespace
 
-WorkloadTrace parse_workload_trace(std::istream& in, const std::string& source) {
+namespace {
+
+// The parser proper, over any line source.
+WorkloadTrace parse_lines(ByteSource& bytes, const std::string& source) {
   WorkloadTrace trace;
   enum class State : std::uint8_t { kLive, kAwaitingCompletion };
-  std::unordered_map<std::uint64_t, std::pair<State, std::size_t>> live;  // id -> state, bytes
-  std::unordered_map<std::uint64_t, bool> seen;
-  std::size_t requested = 0;
-  std::string text;
+  struct LiveBlock {
+    State state;
+    std::size_t bytes;
+    std::uint64_t slot;
+  };
+  std::unordered_map<std::uint64_t, LiveBlock> live;
+  std::unordered_set<std::uint64_t> seen;
+  std::uint64_t requested = 0;
   std::size_t line_number = 0;
   bool in_header = true;
-  while (std::getline(in, text)) {
-    ++line_number;
-    if (!text.empty() && text.back() == '\r') text.pop_back();
-    LineParser parser(source, line_number);
-    if (line_number == 1) {
-      if (text != kFirstLine) {
-        parser.fail("not a vramledger workload trace: the first line must be '" +
-                    std::string(kFirstLine) + "'");
+  BoundedLineReader reader(bytes, kMaxWorkloadLineBytes);
+  std::string_view text;
+  try {
+    for (;;) {
+      const BoundedLineReader::Status status = reader.next(text);
+      if (status == BoundedLineReader::Status::kEnd) break;
+      ++line_number;
+      LineParser parser(source, line_number);
+      if (status == BoundedLineReader::Status::kTooLong) {
+        parser.fail("line longer than " + std::to_string(kMaxWorkloadLineBytes) +
+                    " bytes" + (line_number == 1 ? ": not a vramledger workload trace" : ""));
       }
-      continue;
-    }
-    if (text.empty()) continue;
-    if (text[0] == '#') {
-      const std::size_t colon = text.find(": ");
-      if (in_header && colon != std::string::npos && colon > 2) {
-        trace.metadata[text.substr(2, colon - 2)] = text.substr(colon + 2);
+      if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+      if (line_number == 1) {
+        if (text != kFirstLine) {
+          parser.fail("not a vramledger workload trace: the first line must be '" +
+                      std::string(kFirstLine) + "'");
+        }
+        continue;
       }
-      continue;
-    }
-    in_header = false;
-    const auto fields = fields_of(text);
-    auto expect_fields = [&](std::size_t count) {
-      if (fields.size() != count) {
-        parser.fail("record '" + std::string(fields[0]) + "' needs " + std::to_string(count - 1) +
-                    " field(s), got " + std::to_string(fields.size() - 1));
+      if (text.empty()) continue;
+      if (text[0] == '#') {
+        const std::size_t colon = text.find(": ");
+        if (in_header && colon != std::string_view::npos && colon > 2) {
+          if (trace.metadata.size() >= kMaxWorkloadMetadata) {
+            parser.fail("more than " + std::to_string(kMaxWorkloadMetadata) +
+                        " metadata lines");
+          }
+          trace.metadata[std::string(text.substr(2, colon - 2))] =
+              std::string(text.substr(colon + 2));
+        }
+        continue;
       }
-    };
-    if (fields[0] == "s") {
-      expect_fields(3);
-      const std::uint64_t index = parser.number(fields[1], "stream index");
-      if (index != trace.stream_handles.size()) {
-        parser.fail("streams must be declared in order: expected index " +
-                    std::to_string(trace.stream_handles.size()));
+      in_header = false;
+      const auto fields = fields_of(text);
+      auto expect_fields = [&](std::size_t count) {
+        if (fields.size() != count) {
+          parser.fail("record '" + std::string(fields[0]) + "' needs " +
+                      std::to_string(count - 1) + " field(s), got " +
+                      std::to_string(fields.size() - 1));
+        }
+      };
+      if (fields[0] == "s") {
+        expect_fields(3);
+        const std::uint64_t index = parser.number(fields[1], "stream index");
+        if (index != trace.stream_handles.size()) {
+          parser.fail("streams must be declared in order: expected index " +
+                      std::to_string(trace.stream_handles.size()));
+        }
+        if (trace.stream_handles.size() >= kMaxWorkloadStreams) {
+          parser.fail("more than " + std::to_string(kMaxWorkloadStreams) + " streams");
+        }
+        trace.stream_handles.push_back(parser.number(fields[2], "stream handle"));
+        continue;
       }
-      trace.stream_handles.push_back(parser.number(fields[2], "stream handle"));
-      continue;
-    }
-    WorkloadOp op{};
-    if (fields[0] == "a") {
-      expect_fields(4);
-      op.kind = WorkloadOp::Kind::kAlloc;
-      op.id = parser.number(fields[1], "id");
-      op.bytes = static_cast<std::size_t>(parser.number(fields[2], "size"));
-      const std::uint64_t stream = parser.number(fields[3], "stream index");
-      if (op.bytes == 0) parser.fail("allocation " + std::to_string(op.id) + " has size 0");
-      if (stream >= trace.stream_handles.size()) {
-        parser.fail("stream " + std::to_string(stream) + " was not declared");
+      if (trace.ops.size() >= kMaxWorkloadRecords) {
+        parser.fail("more than " + std::to_string(kMaxWorkloadRecords) +
+                    " records: split the trace");
       }
-      op.stream = static_cast<std::uint32_t>(stream);
-      if (!seen.emplace(op.id, true).second) {
-        parser.fail("id " + std::to_string(op.id) + " allocated twice");
-      }
-      live[op.id] = {State::kLive, op.bytes};
-      requested += op.bytes;
-      trace.peak_requested_bytes = std::max(trace.peak_requested_bytes, requested);
-      trace.max_id = std::max(trace.max_id, op.id);
-    } else if (fields[0] == "f" || fields[0] == "r" || fields[0] == "c") {
-      expect_fields(2);
-      op.id = parser.number(fields[1], "id");
-      auto it = live.find(op.id);
-      const char kind = fields[0][0];
-      if (kind == 'c') {
-        op.kind = WorkloadOp::Kind::kFreeCompleted;
-        if (it == live.end() || it->second.first != State::kAwaitingCompletion) {
-          parser.fail("completion of id " + std::to_string(op.id) + " without a pending free ('r')");
+      WorkloadOp op{};
+      if (fields[0] == "a") {
+        expect_fields(4);
+        op.kind = WorkloadOp::Kind::kAlloc;
+        op.id = parser.number(fields[1], "id");
+        const std::uint64_t bytes = parser.number(fields[2], "size");
+        const std::uint64_t stream = parser.number(fields[3], "stream index");
+        if (bytes == 0) parser.fail("allocation " + std::to_string(op.id) + " has size 0");
+        if (bytes > kMaxWorkloadAllocationBytes) {
+          parser.fail("allocation " + std::to_string(op.id) + " of " + std::to_string(bytes) +
+                      " bytes exceeds the largest supported request (" +
+                      std::to_string(kMaxWorkloadAllocationBytes) + " bytes)");
+        }
+        op.bytes = static_cast<std::size_t>(bytes);
+        if (stream >= trace.stream_handles.size()) {
+          parser.fail("stream " + std::to_string(stream) + " was not declared");
+        }
+        op.stream = static_cast<std::uint32_t>(stream);
+        if (!seen.insert(op.id).second) {
+          parser.fail("id " + std::to_string(op.id) + " allocated twice");
+        }
+        if (requested > kMaxLiveRequestedBytes - op.bytes) {
+          parser.fail("live allocations exceed " + std::to_string(kMaxLiveRequestedBytes) +
+                      " bytes");
+        }
+        op.slot = trace.allocation_count++;
+        live[op.id] = {State::kLive, op.bytes, op.slot};
+        requested += op.bytes;
+        trace.peak_requested_bytes =
+            std::max(trace.peak_requested_bytes, static_cast<std::size_t>(requested));
+      } else if (fields[0] == "f" || fields[0] == "r" || fields[0] == "c") {
+        expect_fields(2);
+        op.id = parser.number(fields[1], "id");
+        auto it = live.find(op.id);
+        const char kind = fields[0][0];
+        if (kind == 'c') {
+          op.kind = WorkloadOp::Kind::kFreeCompleted;
+          if (it == live.end() || it->second.state != State::kAwaitingCompletion) {
+            parser.fail("completion of id " + std::to_string(op.id) +
+                        " without a pending free ('r')");
+          }
+        } else {
+          op.kind = kind == 'f' ? WorkloadOp::Kind::kFree : WorkloadOp::Kind::kFreeRequested;
+          if (it == live.end() || it->second.state != State::kLive) {
+            parser.fail("free of id " + std::to_string(op.id) + ", which is not live");
+          }
+        }
+        op.slot = it->second.slot;
+        if (kind == 'r') {
+          it->second.state = State::kAwaitingCompletion;
+        } else {
+          requested -= it->second.bytes;
+          live.erase(it);
         }
       } else {
-        op.kind = kind == 'f' ? WorkloadOp::Kind::kFree : WorkloadOp::Kind::kFreeRequested;
-        if (it == live.end() || it->second.first != State::kLive) {
-          parser.fail("free of id " + std::to_string(op.id) + ", which is not live");
-        }
+        parser.fail("unknown record '" + std::string(fields[0]) + "'");
       }
-      if (kind == 'r') {
-        it->second.first = State::kAwaitingCompletion;
-      } else {
-        requested -= it->second.second;
-        live.erase(it);
-      }
-    } else {
-      parser.fail("unknown record '" + std::string(fields[0]) + "'");
+      trace.ops.push_back(op);
     }
-    trace.ops.push_back(op);
+  } catch (const InputError& error) {
+    throw WorkloadTraceError(source, line_number + 1, error.what());
+  } catch (const std::bad_alloc&) {
+    throw WorkloadTraceError(source, line_number,
+                             "out of memory while reading the trace (" +
+                                 std::to_string(trace.ops.size()) + " records read)");
   }
   if (line_number == 0) throw WorkloadTraceError(source, 0, "empty input");
   return trace;
 }
 
+}  // namespace
+
+WorkloadTrace parse_workload_trace(std::istream& in, const std::string& source) {
+  IstreamByteSource bytes(in);
+  return parse_lines(bytes, source);
+}
+
 WorkloadTrace read_workload_trace(const std::string& path) {
   const bool gzipped = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   if (!gzipped) {
-    std::ifstream in(path);
-    if (!in) throw WorkloadTraceError(path, 0, "cannot open");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      throw WorkloadTraceError(path, 0, std::string("cannot open: ") + std::strerror(errno));
+    }
     return parse_workload_trace(in, path);
   }
-#ifdef VRAMLEDGER_HAVE_ZLIB
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) throw WorkloadTraceError(path, 0, "cannot open");
-  std::string data;
-  char buffer[1 << 16];
-  int got = 0;
-  while ((got = gzread(file, buffer, sizeof buffer)) > 0) data.append(buffer, static_cast<std::size_t>(got));
-  int error = 0;
-  const char* message = gzerror(file, &error);
-  const bool failed = got < 0 || (error != Z_OK && error != Z_STREAM_END);
-  const std::string why = failed ? message : "";
-  gzclose(file);
-  if (failed) throw WorkloadTraceError(path, 0, "corrupt or truncated gzip data: " + why);
-  std::istringstream in(data);
-  return parse_workload_trace(in, path);
-#else
-  throw WorkloadTraceError(path, 0, "built without zlib: gunzip the trace first");
-#endif
+  try {
+    GzipByteSource bytes(path);
+    return parse_lines(bytes, path);
+  } catch (const InputError& error) {  // from opening; parse_lines reports its own
+    throw WorkloadTraceError(path, 0, error.what());
+  }
 }
 
 }  // namespace vramledger

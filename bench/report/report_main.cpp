@@ -5,10 +5,15 @@
 //   vramledger-report trace.vlt.gz --conf paged_heap:false --prometheus metrics.prom
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "accounting/ledger.hpp"
@@ -19,6 +24,7 @@
 #include "allocator/config.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/replay/replayer.hpp"
+#include "bench/replay/tool_flag_validators.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -36,19 +42,56 @@ struct Options {
 };
 
 void write_file(const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary);
+  if (!out) {
+    throw std::runtime_error("cannot write " + path + ": " +
+                             (errno != 0 ? std::strerror(errno) : "open failed"));
+  }
   out << text;
-  if (!out) throw std::runtime_error("cannot write " + path);
+  out.flush();
+  if (!out) throw std::runtime_error("cannot write " + path + ": write failed");
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return std::filesystem::equivalent(a, b, error) && !error;
+}
+
+// Refuses, before anything is replayed or written, an output that is the input trace or another
+// output (writing the report would destroy the trace, or one report the other).
+void check_output_paths(const Options& options) {
+  const std::vector<std::pair<const char*, const std::string*>> outputs = {
+      {"--json", &options.json_path},
+      {"--prometheus", &options.prometheus_path},
+      {"--html", &options.html_path}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const std::string& path = *outputs[i].second;
+    if (path.empty()) continue;
+    if (path == options.trace || same_file(path, options.trace)) {
+      throw std::runtime_error(std::string(outputs[i].first) + " " + path +
+                               " is the input trace: refusing to overwrite it");
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      const std::string& other = *outputs[j].second;
+      if (!other.empty() && (other == path || same_file(other, path))) {
+        throw std::runtime_error(std::string(outputs[i].first) + " and " + outputs[j].first +
+                                 " name the same file " + path);
+      }
+    }
+  }
 }
 
 std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 
 int run(const Options& options) {
+  check_output_paths(options);
   const Config config = parse_config(options.conf);
   const WorkloadTrace trace = read_workload_trace(options.trace);
 
   SimulatedDeviceOptions device_options;
-  device_options.capacity_bytes = static_cast<std::size_t>(options.capacity_gib * (1 << 30));
+  device_options.capacity_bytes =
+      static_cast<std::size_t>(options.capacity_gib * double(std::size_t{1} << 30));
   SimulatedDevice device(device_options);
   Ledger ledger;
   CachingAllocator allocator(device, &ledger, config.options);
@@ -76,10 +119,19 @@ int run(const Options& options) {
     html.max_samples = options.samples;
     write_file(options.html_path, ledger_to_html(ledger, &census, html));
   }
-  std::printf("%s (%s): peak requested %lld, peak reserved %lld, overhead ratio %.4f\n",
+  // Refused requests change every figure above: the summary says how many there were.
+  std::printf("%s (%s): peak requested %lld, peak reserved %lld, overhead ratio %.4f, "
+              "refused requests (out of memory) %zu of %zu\n",
               base_name(options.trace).c_str(), policy.c_str(),
               static_cast<long long>(result.peak_requested_bytes),
-              static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio);
+              static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
+              result.out_of_memory, result.allocations + result.out_of_memory);
+  if (result.out_of_memory != 0) {
+    std::fprintf(stderr,
+                 "vramledger-report: %zu request(s) did not fit in the simulated device "
+                 "(--capacity-gib) and were skipped: the report is not the trace's\n",
+                 result.out_of_memory);
+  }
   return ledger.inconsistent() ? 1 : 0;
 }
 
@@ -95,9 +147,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--conf", options.conf, "allocator configuration string (default: paged heap)");
   app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
-      ->check(CLI::PositiveNumber);
+      ->check(vramledger::capacity_gib_validator());
   app.add_option("--samples", options.samples, "points of the HTML timeline")
-      ->check(CLI::Range(2, 100000));
+      ->check(vramledger::whole_number_validator(2, 100000));
   app.add_flag("--empty-cache", options.empty_cache, "empty the cache before reporting");
   app.add_option("--json", options.json_path, "write the JSON report here");
   app.add_option("--prometheus", options.prometheus_path, "write Prometheus text here");

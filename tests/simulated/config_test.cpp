@@ -187,18 +187,58 @@ TEST(ConfigErrors, OverflowingValues) {
   expect_error("span_gb:17179869184", {"span_gb", "17179869184"});
   expect_error("cap_mb:17592186044416", {"cap_mb", "17592186044416"});
   expect_error("small_size_limit_kb:18014398509481984", {"small_size_limit_kb"});
-  // The largest that still fits is fine.
-  EXPECT_EQ(parse_config("span_gb:17179869183").options.span_bytes, 17179869183 * kGiB);
 }
 
 TEST(ConfigErrors, RoundBytesMustBeAPowerOfTwo) {
   for (const char* value : {"3", "768", "1000"}) {
     expect_error(std::string("round_bytes:") + value, {"round_bytes", value, "power of two"});
   }
-  for (std::size_t shift = 0; shift < 40; shift += 3) {
+  for (std::size_t shift = 0; shift <= 30; shift += 3) {
     const std::size_t bytes = std::size_t{1} << shift;
     EXPECT_EQ(parse_config("round_bytes:" + std::to_string(bytes)).options.round_bytes, bytes);
   }
+}
+
+// Every number is bounded by what a device can mean (issue 16): a power-of-two rounding near 2^62
+// made the paged heap loop forever, one of 2^43 mapped the whole device per request.
+TEST(ConfigBounds, RoundingAtMostOneGiB) {
+  EXPECT_EQ(parse_config("round_bytes:1073741824").options.round_bytes, kGiB);
+  expect_error("round_bytes:2147483648", {"round_bytes", "'2147483648'", "at most 1073741824"});
+  expect_error("round_bytes:8796093022208", {"round_bytes", "8796093022208"});        // 2^43
+  expect_error("round_bytes:4611686018427387904", {"round_bytes", "4611686018427387904"});  // 2^62
+  expect_error("round_bytes:9223372036854775808", {"round_bytes", "at most"});         // 2^63
+}
+
+TEST(ConfigBounds, PageAtMostOneGiB) {
+  EXPECT_EQ(parse_config("page_mb:1024").options.page_bytes, kGiB);
+  expect_error("page_mb:1025", {"page_mb", "'1025'", "at most 1024 MiB"});
+  expect_error("page_mb:17592186044415", {"page_mb"});
+}
+
+TEST(ConfigBounds, SpanAtMostEightTiB) {
+  EXPECT_EQ(parse_config("span_gb:8192").options.span_bytes, 8192 * kGiB);
+  expect_error("span_gb:8193", {"span_gb", "'8193'", "at most 8192 GiB"});
+  expect_error("span_gb:17179869183", {"span_gb"});
+}
+
+TEST(ConfigBounds, EveryMemorySizeAtMostFourTiB) {
+  for (const char* key : {"small_segment_mb", "large_segment_mb", "max_split_mb", "map_chunk_mb",
+                          "max_free_mapped_mb", "max_free_physical_mb", "cap_mb"}) {
+    EXPECT_NO_THROW((void)parse_config(std::string(key) + ":4194304")) << key;
+    expect_error(std::string(key) + ":4194305",
+                 {key, "'4194305'", "at most 4194304 MiB", "more memory than any device has"});
+  }
+  EXPECT_EQ(parse_config("cap_gb:4096").options.cap_bytes, 4096 * kGiB);
+  expect_error("cap_gb:4097", {"cap_gb", "at most 4096 GiB"});
+  expect_error("small_size_limit_kb:4294967297,small_segment_mb:4194304",
+               {"small_size_limit_kb", "at most 4294967296 KiB"});
+}
+
+TEST(ConfigBounds, SlackAtMostTenThousandPercent) {
+  EXPECT_EQ(parse_config("cross_stream_slack_pct:10000").options.cross_stream_slack_percent,
+            10000u);
+  expect_error("cross_stream_slack_pct:10001", {"cross_stream_slack_pct", "at most 10000"});
+  expect_error("cross_stream_slack_pct:18446744073709551615", {"cross_stream_slack_pct"});
 }
 
 TEST(ConfigErrors, SmallRequestsMustFitASmallSegment) {
