@@ -6,7 +6,8 @@ Thread,Time,Action,Pointer,Size,Stream) into a vramledger workload trace
     python3 bench/traces/rmm_log_to_workload.py rmm_log.csv out.vlt.gz
 
 "allocate failure" rows are skipped and counted. A free of a pointer that is not live, a
-malformed row or an unknown action is an error naming the line. Only the standard library.
+malformed row, an unknown action, bytes that are not UTF-8 text (or NUL bytes) and sizes or
+streams the trace format cannot hold are errors naming the line. Only the standard library.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload_writer import FORMAT_LINE, write_trace  # noqa: E402,F401
 REQUIRED = ("Action", "Pointer", "Size", "Stream")
+MAX_ALLOCATION_BYTES = 1 << 44  # the allocator's largest request; the C++ reader refuses more
+MAX_HANDLE = (1 << 64) - 1
+MAX_STREAMS = 4096              # as the C++ trace reader
 
 
 class RmmLogError(ValueError):
@@ -32,12 +36,34 @@ def _number(text: str, what: str, line: int) -> int:
         raise RmmLogError(f"line {line}: bad {what} {text!r}") from None
 
 
+def _rows(reader: csv.DictReader):
+    """The reader's rows; undecodable bytes and CSV syntax errors become RmmLogError."""
+    iterator = iter(reader)
+    while True:
+        try:
+            row = next(iterator)
+        except StopIteration:
+            return
+        except UnicodeDecodeError as error:
+            raise RmmLogError(f"line {reader.line_num + 1}: not UTF-8 text ({error.reason} at "
+                              f"byte {error.start} of a read block)") from None
+        except csv.Error as error:
+            raise RmmLogError(f"line {reader.line_num + 1}: not CSV: {error}") from None
+        yield row
+
+
 def convert(rows, source: str = "rmm log") -> tuple[list[str], dict]:
     """rows: an iterable of lines of the CSV (header first). Returns trace lines and a summary."""
     reader = csv.DictReader(rows)
-    if reader.fieldnames is None:
+    try:
+        fieldnames = reader.fieldnames
+    except UnicodeDecodeError as error:
+        raise RmmLogError(f"line 1: not UTF-8 text ({error.reason})") from None
+    except csv.Error as error:
+        raise RmmLogError(f"line 1: not CSV: {error}") from None
+    if fieldnames is None:
         raise RmmLogError("empty input")
-    missing = [name for name in REQUIRED if name not in reader.fieldnames]
+    missing = [name for name in REQUIRED if name not in fieldnames]
     if missing:
         raise RmmLogError(f"line 1: not an RMM log, missing column(s) {', '.join(missing)}")
     lines: list[str] = []
@@ -45,7 +71,7 @@ def convert(rows, source: str = "rmm log") -> tuple[list[str], dict]:
     live: dict[int, tuple[int, int]] = {}
     next_id = 0
     requested = peak = failures = 0
-    for row in reader:
+    for row in _rows(reader):
         line = reader.line_num
         action = (row.get("Action") or "").strip().lower()
         if action == "allocate failure":
@@ -54,12 +80,17 @@ def convert(rows, source: str = "rmm log") -> tuple[list[str], dict]:
         pointer = _number((row.get("Pointer") or "").strip(), "pointer", line)
         size = _number((row.get("Size") or "").strip(), "size", line)
         stream = _number((row.get("Stream") or "0").strip(), "stream", line)
+        if not 0 <= stream <= MAX_HANDLE:
+            raise RmmLogError(f"line {line}: stream {stream} is not a 64-bit handle")
         if action == "allocate":
-            if size <= 0:
-                raise RmmLogError(f"line {line}: allocation of size {size}")
+            if not 0 < size <= MAX_ALLOCATION_BYTES:
+                raise RmmLogError(f"line {line}: allocation of size {size} (expected 1 to "
+                                  f"{MAX_ALLOCATION_BYTES})")
             if pointer in live:
                 raise RmmLogError(f"line {line}: pointer {pointer:#x} allocated twice")
             if stream not in streams:
+                if len(streams) == MAX_STREAMS:
+                    raise RmmLogError(f"line {line}: more than {MAX_STREAMS} streams")
                 streams[stream] = len(streams)
                 lines.append(f"s {streams[stream]} {stream}")
             live[pointer] = (next_id, size)

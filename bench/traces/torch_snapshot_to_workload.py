@@ -8,12 +8,19 @@ The format is described in docs/workload_trace_format.md. Only the requests the 
 are kept (alloc, free, and the completion of frees delayed by other streams); what PyTorch's
 allocator did with segments is summarised in the header so a replay can be compared with it.
 Needs only the standard library (the pickle holds plain dicts and lists).
+
+A pickle can run any code while it loads. Snapshots hold only dicts, lists, tuples, strings,
+numbers, booleans and None, so they are loaded by an unpickler that refuses every class or
+function a pickle names (load_snapshot): a crafted file ends in an error, not in its code
+running. Entries of the wrong shape end in an error naming the entry.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import pickle
+import struct
 import sys
 from pathlib import Path
 
@@ -25,16 +32,80 @@ class SnapshotError(ValueError):
     pass
 
 
+# The largest request the allocator supports (16 TiB); the C++ trace reader refuses larger sizes.
+MAX_ALLOCATION_BYTES = 1 << 44
+MAX_HANDLE = (1 << 64) - 1
+MAX_STREAMS = 4096  # as the C++ trace reader
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builds only the pickle's plain data: any class or function it names is refused, so
+    loading cannot import a module or call anything (pickle's REDUCE, BUILD, INST, OBJ and the
+    extension registry all go through find_class)."""
+
+    def find_class(self, module, name):
+        raise SnapshotError(f"refusing to load {module}.{name}: a memory snapshot holds only "
+                            "dicts, lists, strings, numbers, booleans and None (not a snapshot, "
+                            "or a crafted file)")
+
+    def persistent_load(self, pid):
+        raise SnapshotError("refusing a persistent id: a memory snapshot has none")
+
+
+# What a malformed pickle can raise while loading, besides our own SnapshotError.
+_LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+                AttributeError, OverflowError, MemoryError, RecursionError, struct.error)
+
+
+def loads_snapshot(data: bytes) -> dict:
+    """The snapshot in `data`, loaded without running anything it names."""
+    try:
+        snapshot = _PlainDataUnpickler(io.BytesIO(data)).load()
+    except SnapshotError:
+        raise
+    except _LOAD_ERRORS as error:
+        raise SnapshotError(f"not a readable pickle: {type(error).__name__}: {error}") from None
+    if not isinstance(snapshot, dict):
+        raise SnapshotError(f"not a memory snapshot: the pickle holds a {type(snapshot).__name__}, "
+                            "not a dict")
+    return snapshot
+
+
+def load_snapshot(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return loads_snapshot(f.read())
+
+
+def _whole(entry: dict, key: str, where: str, default=None, low: int = 0,
+           high: int = MAX_HANDLE) -> int:
+    """entry[key] as an int in [low, high] (bools are not numbers here)."""
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SnapshotError(f"{where}: '{key}' is {value!r}, expected a whole number from {low} "
+                            f"to {high}")
+    return value
+
+
 def _pick_device_trace(snapshot: dict, device: int | None) -> tuple[int, list]:
+    if not isinstance(snapshot, dict):
+        raise SnapshotError(f"not a memory snapshot: a {type(snapshot).__name__}, not a dict")
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list) or not traces:
         raise SnapshotError("snapshot has no 'device_traces': record it with "
                             "torch.cuda.memory._record_memory_history() enabled")
+    for index, trace in enumerate(traces):
+        if trace is not None and not isinstance(trace, list):
+            raise SnapshotError(f"device_traces[{index}] is a {type(trace).__name__}, "
+                                "expected a list of events")
     if device is None:
         device = max(range(len(traces)), key=lambda d: len(traces[d] or []))
-    if device >= len(traces):
+    if not 0 <= device < len(traces):
         raise SnapshotError(f"snapshot has traces for {len(traces)} device(s), not device {device}")
     return device, traces[device] or []
+
+
+_ACTIONS_READ = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_map",
+                 "segment_free", "segment_unmap")
 
 
 def convert(snapshot: dict, device: int | None = None) -> tuple[list[str], dict]:
@@ -50,12 +121,24 @@ def convert(snapshot: dict, device: int | None = None) -> tuple[list[str], dict]
     skipped = 0
     allocs = 0
     for index, entry in enumerate(entries):
+        where = f"device_traces[{device}][{index}]"
+        if not isinstance(entry, dict):
+            raise SnapshotError(f"{where} is a {type(entry).__name__}, expected a dict")
         action = entry.get("action")
-        addr = entry.get("addr")
-        size = int(entry.get("size", 0))
+        if not isinstance(action, str):
+            raise SnapshotError(f"{where}: 'action' is {action!r}, expected a string")
+        if action not in _ACTIONS_READ:
+            continue  # e.g. 'snapshot', 'oom': nothing the program asked for
+        addr = _whole(entry, "addr", where)
+        size = _whole(entry, "size", where, default=0)
         if action == "alloc":
-            stream = int(entry.get("stream", 0))
+            stream = _whole(entry, "stream", where, default=0)
+            if not 0 < size <= MAX_ALLOCATION_BYTES:
+                raise SnapshotError(f"{where}: allocation of {size} bytes (expected 1 to "
+                                    f"{MAX_ALLOCATION_BYTES})")
             if stream not in streams:
+                if len(streams) == MAX_STREAMS:
+                    raise SnapshotError(f"{where}: more than {MAX_STREAMS} streams")
                 streams[stream] = len(streams)
                 lines.append(f"s {streams[stream]} {stream}")
             live[addr] = (next_id, size)
@@ -70,7 +153,8 @@ def convert(snapshot: dict, device: int | None = None) -> tuple[list[str], dict]
                 continue
             block_id, block_size = live.pop(addr)
             following = entries[index + 1] if index + 1 < len(entries) else None
-            completes_now = (following is not None and following.get("action") == "free_completed"
+            completes_now = (isinstance(following, dict)
+                             and following.get("action") == "free_completed"
                              and following.get("addr") == addr)
             if completes_now:
                 lines.append(f"f {block_id}")
@@ -106,9 +190,9 @@ def convert(snapshot: dict, device: int | None = None) -> tuple[list[str], dict]
 def _completed_size(entries: list, index: int) -> int:
     """Size of the block whose completion is entries[index]: its free request precedes it."""
     previous = entries[index - 1] if index > 0 else None
-    if (previous is not None and previous.get("action") == "free_requested"
+    if (isinstance(previous, dict) and previous.get("action") == "free_requested"
             and previous.get("addr") == entries[index].get("addr")):
-        return int(previous.get("size", 0))
+        return _whole(previous, "size", f"entry {index - 1}", default=0)
     return 0
 
 
@@ -131,11 +215,10 @@ def main() -> int:
     parser.add_argument("--device", type=int, default=None)
     args = parser.parse_args()
     try:
-        with open(args.snapshot, "rb") as f:
-            snapshot = pickle.load(f)
+        snapshot = load_snapshot(args.snapshot)
         summary = write_workload(snapshot, args.output, source=str(args.snapshot),
                                  device=args.device)
-    except (OSError, pickle.UnpicklingError, EOFError, SnapshotError) as error:
+    except (OSError, SnapshotError) as error:
         print(f"error: {args.snapshot}: {error}", file=sys.stderr)
         return 1
     print(summary)

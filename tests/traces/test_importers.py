@@ -6,6 +6,7 @@ replay binary given, every converted trace is also read back by the C++ reader.
 
 import gzip
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,149 @@ class RmmLogTest(unittest.TestCase):
             with gzip.open(path, "rt") as f:
                 self.assertEqual(f.readline().strip(), rmm.FORMAT_LINE)
             read_back(self, path)
+
+
+class RmmHostileInputTest(unittest.TestCase):
+    """Bad bytes and out-of-range numbers end in RmmLogError naming the line, not tracebacks."""
+
+    HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
+
+    def test_bytes_that_are_not_utf8(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "bad.csv"
+            path.write_bytes(self.HEADER.encode() + b"1,t,allocate,0x10,8,0x0\n\xff\xfe,\x80\n")
+            with open(path, newline="") as rows:
+                with self.assertRaisesRegex(rmm.RmmLogError, "not UTF-8 text"):
+                    rmm.convert(rows)
+
+    def test_nul_bytes(self):
+        # Python < 3.11's csv refuses NUL itself ("not CSV"); later ones pass it to the field.
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: (not CSV|bad pointer)"):
+            rmm.convert([self.HEADER, "1,t,allocate,0x10\x00,8,0x0\n"])
+
+    def test_field_beyond_the_csv_limit(self):
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: not CSV: field larger"):
+            rmm.convert([self.HEADER, "1,t,allocate," + "1" * 200000 + ",8,0x0\n"])
+
+    def test_sizes_and_streams_the_format_cannot_hold(self):
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: allocation of size 17592186044417"):
+            rmm.convert([self.HEADER, "1,t,allocate,0x10,17592186044417,0x0\n"])
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: allocation of size -8"):
+            rmm.convert([self.HEADER, "1,t,allocate,0x10,-8,0x0\n"])
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: stream -1"):
+            rmm.convert([self.HEADER, "1,t,allocate,0x10,8,-1\n"])
+        with self.assertRaisesRegex(rmm.RmmLogError, "line 2: bad size"):
+            rmm.convert([self.HEADER, "1,t,allocate,0x10," + "9" * 5000 + ",0x0\n"])
+
+    def test_too_many_streams(self):
+        rows = [self.HEADER] + [f"1,t,allocate,{i + 1},8,{i}\n" for i in range(rmm.MAX_STREAMS + 1)]
+        with self.assertRaisesRegex(rmm.RmmLogError, "more than 4096 streams"):
+            rmm.convert(rows)
+
+    def test_command_line_reports_bad_bytes_without_traceback(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "bad.csv"
+            log.write_bytes(self.HEADER.encode() + b"\xff\xff\n")
+            result = subprocess.run([sys.executable, str(ROOT / "bench" / "traces" /
+                                                         "rmm_log_to_workload.py"),
+                                     str(log), str(Path(tmp) / "out.vlt")],
+                                    capture_output=True, text=True)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("not UTF-8 text", result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+
+
+class _RunsCode:
+    """Pickles to 'call os.system(command)' when loaded, as a crafted snapshot would."""
+
+    def __init__(self, command):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+class TorchSnapshotSecurityTest(unittest.TestCase):
+    """Snapshots are untrusted input: loading one never runs code, and a wrong shape is an
+    error naming the entry."""
+
+    def test_crafted_pickle_does_not_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            marker = Path(tmp) / "ran"
+            data = pickle.dumps({"device_traces": [[_RunsCode(f"touch {marker}")]]})
+            with self.assertRaisesRegex(torch_snapshot.SnapshotError,
+                                        "refusing to load (posix|os).system"):
+                torch_snapshot.loads_snapshot(data)
+            self.assertFalse(marker.exists(), "the pickle's code ran")
+
+    def test_crafted_pickle_through_the_command_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            marker = Path(tmp) / "ran"
+            snapshot = Path(tmp) / "evil.pickle"
+            snapshot.write_bytes(pickle.dumps(_RunsCode(f"touch {marker}")))
+            result = subprocess.run([sys.executable, str(ROOT / "bench" / "traces" /
+                                                         "torch_snapshot_to_workload.py"),
+                                     str(snapshot), str(Path(tmp) / "out.vlt")],
+                                    capture_output=True, text=True)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertIn("refusing to load", result.stderr)
+            self.assertNotIn("Traceback", result.stderr)
+            self.assertFalse(marker.exists(), "the pickle's code ran")
+
+    def test_every_class_is_refused_even_harmless_ones(self):
+        import collections
+        data = pickle.dumps({"device_traces": [collections.OrderedDict()]})
+        with self.assertRaisesRegex(torch_snapshot.SnapshotError, "refusing to load collections"):
+            torch_snapshot.loads_snapshot(data)
+
+    def test_plain_data_loads(self):
+        snapshot = dict(TorchSnapshotTest.SNAPSHOT, segments=[{"frames": (1, 2.5, None, True)}])
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            self.assertEqual(torch_snapshot.loads_snapshot(pickle.dumps(snapshot, protocol)),
+                             snapshot)
+
+    def test_not_a_pickle(self):
+        for data in (b"", b"not a pickle", b"\x80\x05\x95", pickle.dumps([1, 2])[:-3]):
+            with self.assertRaises(torch_snapshot.SnapshotError):
+                torch_snapshot.loads_snapshot(data)
+
+    def test_wrong_shapes_name_the_entry(self):
+        cases = [
+            ([1, 2], "holds a list, not a dict"),
+            ({"device_traces": "x"}, "no 'device_traces'"),
+            ({"device_traces": [7]}, r"device_traces\[0\] is a int"),
+            ({"device_traces": [["alloc"]]}, r"device_traces\[0\]\[0\] is a str"),
+            ({"device_traces": [[{"action": 3}]]}, "'action' is 3"),
+            ({"device_traces": [[{"action": "alloc", "addr": "0x10", "size": 8}]]},
+             "'addr' is '0x10'"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": -8}]]}, "'size' is -8"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": 8.5}]]}, "'size' is 8.5"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": True}]]},
+             "'size' is True"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": 0}]]},
+             "allocation of 0 bytes"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": 1 << 45}]]},
+             "allocation of 35184372088832 bytes"),
+            ({"device_traces": [[{"action": "alloc", "addr": 16, "size": 8, "stream": -1}]]},
+             "'stream' is -1"),
+            ({"device_traces": [[{"action": "free_requested", "addr": [1]}]]}, "'addr' is"),
+        ]
+        for snapshot, words in cases:
+            with self.subTest(words=words):
+                with self.assertRaisesRegex(torch_snapshot.SnapshotError, words):
+                    torch_snapshot.convert(torch_snapshot.loads_snapshot(pickle.dumps(snapshot)))
+
+    def test_negative_or_missing_device(self):
+        with self.assertRaisesRegex(torch_snapshot.SnapshotError, "not device -1"):
+            torch_snapshot.convert(TorchSnapshotTest.SNAPSHOT, device=-1)
+        with self.assertRaisesRegex(torch_snapshot.SnapshotError, "not device 5"):
+            torch_snapshot.convert(TorchSnapshotTest.SNAPSHOT, device=5)
+
+    def test_events_the_importer_does_not_read_are_skipped(self):
+        snapshot = {"device_traces": [[{"action": "oom", "device_free": 0},
+                                       {"action": "snapshot"}]]}
+        lines, _ = torch_snapshot.convert(snapshot)
+        self.assertEqual(lines, [])
 
 
 class TorchSnapshotTest(unittest.TestCase):
