@@ -283,6 +283,20 @@ LedgerCounters DeviceAllocators::counters() const {
   return ledger_.counters();
 }
 
+void DeviceAllocators::record_refused_request(std::size_t bytes, cudaStream_t stream) {
+  AllocatorEvent event{EventKind::kOutOfMemory};
+  event.size = bytes;
+  event.requested = bytes;
+  event.stream = reinterpret_cast<StreamHandle>(stream);
+  gate_.on_event(event, {0, 0});
+}
+
+std::vector<std::pair<c10::MempoolId_t, PrivatePoolStats::PerKind>>
+DeviceAllocators::private_pool_reserved() const {
+  auto lock = gate_.lock();
+  return gate_.private_pools_locked().reserved_bytes();
+}
+
 DeviceLedgerView DeviceAllocators::ledger_view() const {
   auto lock = gate_.lock();
   return DeviceLedgerView::of(ledger_, "device " + std::to_string(device_));
@@ -296,11 +310,13 @@ std::vector<TagUsage> DeviceAllocators::per_tag() const {
 void DeviceAllocators::reset_peaks() {
   auto lock = gate_.lock();
   ledger_.reset_peaks();
+  gate_.private_pools_locked().reset_peaks();
 }
 
 void DeviceAllocators::reset_accumulated() {
   auto lock = gate_.lock();
   ledger_.reset_accumulated();
+  gate_.private_pools_locked().reset_accumulated();
 }
 
 std::string DeviceAllocators::describe() const { return gate_.describe(); }

@@ -105,6 +105,11 @@ class DeviceAllocators {
 
   // Ledger reads and resets, under the gate lock.
   LedgerCounters counters() const;
+  // A request refused before it reached a pool's policy (larger than the device): counted as an
+  // out-of-memory event in the ledger (num_ooms), as torch counts it.
+  void record_refused_request(std::size_t bytes, cudaStream_t stream);
+  // Reserved bytes per private pool (torch 2.13's reserved_bytes_by_private_pools).
+  std::vector<std::pair<c10::MempoolId_t, PrivatePoolStats::PerKind>> private_pool_reserved() const;
   // The ledger as the process classification reads it (aggregate counters and the sticky
   // inconsistency flag, copied together).
   DeviceLedgerView ledger_view() const;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "torch_plugin/torch_compat.hpp"
+
 namespace vramledger::torch_plugin {
 
 namespace {
@@ -55,6 +57,20 @@ DeviceStats to_device_stats(const LedgerCounters& counters, std::size_t max_spli
                              ? static_cast<std::int64_t>(std::numeric_limits<std::size_t>::max())
                              : static_cast<std::int64_t>(max_split_bytes);
   return stats;
+}
+
+void add_release_specific_stats(
+    std::int64_t oom_rejections,
+    const std::vector<std::pair<c10::MempoolId_t, PrivatePoolStats::PerKind>>& private_pools,
+    DeviceStats& stats) {
+  compat::ReleaseSpecificStats extra;
+  extra.num_oom_rejections = oom_rejections;
+  for (const auto& [id, per_kind] : private_pools) {
+    StatArray converted;
+    for (std::size_t i = 0; i < kStatPoolCount; ++i) converted[i] = to_c10(per_kind[i]);
+    extra.reserved_bytes_by_private_pool.emplace_back(id, converted);
+  }
+  compat::fill_release_specific_stats(extra, stats);
 }
 
 }  // namespace vramledger::torch_plugin

@@ -13,6 +13,7 @@
 
 #include "allocator/allocator_events.hpp"
 #include "allocator/spin_mutex.hpp"
+#include "torch_plugin/private_pool_stats.hpp"
 #include "torch_plugin/torch_history.hpp"
 
 namespace vramledger::torch_plugin {
@@ -24,6 +25,7 @@ class EventGate {
   void on_event(const AllocatorEvent& event, c10::MempoolId_t pool_id) noexcept {
     std::lock_guard<SpinMutex> lock(mutex_);
     ledger_.on_event(event);
+    private_pools_.on_event(event, pool_id);
     history_.on_event(event, pool_id);
   }
   std::string describe() const {
@@ -32,11 +34,15 @@ class EventGate {
   }
   // Held while reading or resetting the ledger.
   std::unique_lock<SpinMutex> lock() const { return std::unique_lock<SpinMutex>(mutex_); }
+  // Read or reset only with lock() held.
+  PrivatePoolStats& private_pools_locked() { return private_pools_; }
+  const PrivatePoolStats& private_pools_locked() const { return private_pools_; }
 
  private:
   mutable SpinMutex mutex_;
   AllocatorObserver& ledger_;
   TorchHistory& history_;
+  PrivatePoolStats private_pools_;
 };
 
 // The observer one pool's CachingAllocator reports to: stamps its events with the pool's id.

@@ -5,10 +5,16 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 
+#include <dlfcn.h>
+
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 
+#include "torch_plugin/torch_compat.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
 namespace vramledger::torch_plugin {
@@ -50,7 +56,47 @@ void check_unused(c10_alloc::CUDAAllocator* current) {
 
 }  // namespace
 
+std::string loaded_torch_version() {
+  // libc10.so of a wheel sits in <site-packages>/torch/lib/, beside ../version.py.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&c10::GetAllocator), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  const auto version_file =
+      std::filesystem::path(info.dli_fname).parent_path().parent_path() / "version.py";
+  std::ifstream in(version_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("__version__", 0) != 0) continue;
+    const auto open = line.find_first_of("'\"");
+    const auto close = open == std::string::npos ? open : line.find(line[open], open + 1);
+    if (close == std::string::npos) return {};
+    return line.substr(open + 1, close - open - 1);
+  }
+  return {};
+}
+
+void check_loaded_torch_matches_build() {
+  const std::string loaded = loaded_torch_version();
+  if (loaded.empty()) return;  // not a wheel layout (a source build): nothing to compare with
+  const std::string built = std::to_string(compat::kBuiltTorchMajor) + "." +
+                            std::to_string(compat::kBuiltTorchMinor);
+  // Same major.minor: "2.15" matches "2.15.0+cu130" but not "2.1.0" nor "2.150".
+  const bool same = loaded.rfind(built, 0) == 0 &&
+                    (loaded.size() == built.size() || loaded[built.size()] == '.' ||
+                     loaded[built.size()] == '+');
+  if (same) return;
+  // Thrown before any call into torch's allocator objects: with another release's vtable layout
+  // such a call would land in the wrong method.
+  throw std::runtime_error(
+      "vramledger: this plugin was built for torch " + built + " but torch " + loaded +
+      " is loaded; torch's allocator interface differs between releases. Rebuild vramledger "
+      "against the torch you run (pip install --no-build-isolation --force-reinstall vramledger "
+      "from its source, in this environment).");
+}
+
 void install(std::string_view config_text) {
+  check_loaded_torch_matches_build();
   std::lock_guard<std::mutex> lock(install_mutex);
   c10_alloc::CUDAAllocator* current = c10_alloc::allocator.load();
   VramledgerAllocator* ours = VramledgerAllocator::instance();

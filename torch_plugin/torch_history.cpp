@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "torch_plugin/torch_compat.hpp"
+
 namespace vramledger::torch_plugin {
 
 namespace {
@@ -124,12 +126,13 @@ void TorchHistory::on_event(const AllocatorEvent& event, c10::MempoolId_t pool_i
 
 void TorchHistory::append(Action action, std::size_t addr, std::size_t size, void* stream,
                           c10::MempoolId_t pool_id,
-                          std::shared_ptr<c10::GatheredContext> context) {
+                          std::shared_ptr<c10::GatheredContext> context,
+                          const std::string* user_metadata) {
   const std::string compile_context =
       compile_contexts.empty() ? std::string() : compile_contexts.back();
   c10_alloc::TraceEntry entry(action, device_, addr, size, stream, pool_id,
                               c10::getApproximateTime(), std::move(context), compile_context,
-                              user_metadata_);
+                              user_metadata != nullptr ? *user_metadata : user_metadata_);
   for (const auto& tracker : trackers_) tracker(entry);
   if (!settings_.enabled) return;
   const auto index = static_cast<std::size_t>(action);
@@ -150,6 +153,15 @@ void TorchHistory::record_snapshot_marker() {
   if (!active_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(mutex_);
   append(Action::SNAPSHOT, 0, 0, nullptr, {0, 0}, nullptr);
+}
+
+void TorchHistory::record_memory_annotation(std::uintptr_t address, std::size_t size,
+                                            const std::string& metadata) {
+  Action action{};
+  if (!compat::annotate_trace_action(&action)) return;
+  if (!active_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  append(action, address, size, nullptr, {0, 0}, nullptr, &metadata);
 }
 
 void TorchHistory::record_annotation(

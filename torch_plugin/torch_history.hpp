@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,10 @@ class TorchHistory {
   void record_oom(std::size_t requested, std::size_t device_free, void* stream,
                   c10::MempoolId_t pool_id);
   void record_snapshot_marker();
+  // torch 2.14's annotateMemory: an "annotate" entry (addr = the allocation's base, the payload
+  // as its user metadata) for a live allocation; ignored where the release has no such entry.
+  void record_memory_annotation(std::uintptr_t address, std::size_t size,
+                                const std::string& metadata);
   void record_annotation(const std::vector<std::pair<std::string, std::string>>& metadata);
 
   std::vector<c10_alloc::TraceEntry> entries() const;
@@ -68,7 +73,8 @@ class TorchHistory {
  private:
   void append(c10_alloc::TraceEntry::Action action, std::size_t addr, std::size_t size,
               void* stream, c10::MempoolId_t pool_id,
-              std::shared_ptr<c10::GatheredContext> context);
+              std::shared_ptr<c10::GatheredContext> context,
+              const std::string* user_metadata = nullptr);
 
   const c10::DeviceIndex device_;
   mutable std::mutex mutex_;

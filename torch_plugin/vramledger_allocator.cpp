@@ -14,6 +14,7 @@
 #include "accounting/tag_registry.hpp"
 #include "allocator/errors.hpp"
 #include "torch_plugin/device_stats.hpp"
+#include "torch_plugin/oom_message.hpp"
 #include "torch_plugin/pool_checkpoint.hpp"
 #include "torch_plugin/routed_cache_release.hpp"
 #include "torch_plugin/snapshot_segments.hpp"
@@ -173,6 +174,13 @@ void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
 DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& pool,
                                            std::size_t bytes, cudaStream_t stream,
                                            MemoryPool** owner) {
+  // More than the whole device: out of memory in torch's terms (its message and exception type,
+  // which programs and tools parse), not a malformed request.
+  if (bytes > state.backend_info().total_bytes) {
+    state.record_refused_request(bytes, stream);
+    state.release_block_of(pool);
+    raise_out_of_memory(state, pool, bytes, stream, "the request is larger than the device");
+  }
   const auto stream_handle = reinterpret_cast<StreamHandle>(stream);
   const TagId tag = current_tag();
   std::string failure;
@@ -244,30 +252,34 @@ void VramledgerAllocator::raise_out_of_memory(DeviceAllocators& state, MemoryPoo
   state.history().record_oom(bytes, device_free, stream, pool.id());
   const LedgerCounters counters = state.counters();
   const auto& all = counters.aggregate();
+  const auto allocated = static_cast<std::size_t>(std::max<std::int64_t>(0, all.allocated_bytes.current));
+  const auto reserved = static_cast<std::size_t>(std::max<std::int64_t>(0, all.reserved_bytes.current));
   if (c10::memoryProfilingEnabled()) {
-    c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(bytes),
-                                     static_cast<std::size_t>(all.allocated_bytes.current),
-                                     static_cast<std::size_t>(all.reserved_bytes.current),
+    c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(bytes), allocated, reserved,
                                      c10::Device(c10::DeviceType::CUDA, state.device()));
   }
+  // Refused by the memory-fraction cap while the device itself had room: torch 2.12+ calls this
+  // an OOM rejection and tells its rejection observers (device, size, allocated, total).
+  const bool rejected_by_cap = state.cap() != 0 && bytes <= device_free;
+  std::vector<OomRejectionCallback> rejection_observers;
   std::vector<c10_alloc::OutOfMemoryObserver> observers;
   {
     std::lock_guard<std::mutex> lock(oom_observers_mutex_);
     observers = oom_observers_;
+    if (rejected_by_cap) rejection_observers = oom_rejection_observers_;
+  }
+  if (rejected_by_cap) {
+    oom_rejections_[static_cast<std::size_t>(state.device())].fetch_add(1);
+    for (const auto& observer : rejection_observers) {
+      observer(state.device(), bytes, allocated, device_total);
+    }
   }
   for (const auto& observer : observers) {
     observer(state.device(), bytes, device_total, device_free);
   }
-  using c10::CachingAllocator::format_size;
-  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (vramledger). Tried to allocate ",
-                   format_size(bytes), " on device ", static_cast<int>(state.device()),
-                   " (total capacity ", format_size(device_total), ", ",
-                   format_size(device_free), " free). vramledger holds ",
-                   format_size(static_cast<std::uint64_t>(all.reserved_bytes.current)),
-                   " reserved, of which ",
-                   format_size(static_cast<std::uint64_t>(all.allocated_bytes.current)),
-                   " is allocated", pool.is_private() ? " (request was for a private pool)" : "",
-                   ". ", detail);
+  TORCH_CHECK_WITH(OutOfMemoryError, false,
+                   out_of_memory_message(state, pool, bytes, device_free, device_total,
+                                         counters, detail));
 }
 
 void VramledgerAllocator::free_block(void* ptr) {
@@ -389,11 +401,21 @@ c10::CachingDeviceAllocator::DeviceStats VramledgerAllocator::getDeviceStats(
     c10::DeviceIndex device) {
   DeviceAllocators* state = device_if_created(device);
   // A device never used holds nothing: all zeros, without creating a CUDA context for it.
-  return to_device_stats(state ? state->counters() : LedgerCounters{}, max_split_bytes());
+  auto stats = to_device_stats(state ? state->counters() : LedgerCounters{}, max_split_bytes());
+  if (state != nullptr) {
+    add_release_specific_stats(oom_rejections(device), state->private_pool_reserved(), stats);
+  }
+  return stats;
 }
 
 void VramledgerAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   if (DeviceAllocators* state = device_if_created(device)) state->reset_accumulated();
+  if (device >= 0 && device < kMaxDevices) oom_rejections_[device].store(0);
+}
+
+std::int64_t VramledgerAllocator::oom_rejections(c10::DeviceIndex device) const {
+  if (device < 0 || device >= kMaxDevices) return 0;
+  return oom_rejections_[device].load();
 }
 
 void VramledgerAllocator::resetPeakStats(c10::DeviceIndex device) {
@@ -504,6 +526,9 @@ c10_alloc::SnapshotInfo VramledgerAllocator::snapshot(c10::MempoolId_t mempool_i
   meta.pinned_use_host_register = false;
   meta.graph_capture_record_stream_reuse = false;
   meta.last_allocator_settings = "vramledger:" + config_text_;
+  // Rounding of requests: vramledger has no torch-style power-of-two divisions threshold and no
+  // cached-size limit, which torch reports as 0.
+  compat::fill_round_config_metadata(meta, 0, 0);
   return result;
 }
 
@@ -784,5 +809,34 @@ cudaError_t VramledgerAllocator::memcpyAsync(void* dst, int dst_device, const vo
 }
 
 std::string VramledgerAllocator::name() { return "vramledger"; }
+
+// ------------------------------------------------------------------------------ newer releases
+
+void VramledgerAllocator::add_oom_rejection_observer(OomRejectionCallback observer) {
+  std::lock_guard<std::mutex> lock(oom_observers_mutex_);
+  oom_rejection_observers_.push_back(std::move(observer));
+}
+
+std::shared_ptr<c10::GatheredContext> VramledgerAllocator::context_for_pointer(const void* ptr) {
+  std::optional<LiveAllocation> found = registry_.find(const_cast<void*>(ptr));
+  if (!found) return nullptr;
+  DeviceAllocators* state = device_if_created(found->device);
+  return state ? state->history().context_of(reinterpret_cast<std::uintptr_t>(ptr)) : nullptr;
+}
+
+void VramledgerAllocator::on_capture_marked(c10::DeviceIndex /*device*/, bool /*begins*/) {
+  // Nothing to do: vramledger asks CUDA whether a stream captures (cudaStreamIsCapturing) at
+  // the moments it matters, and routes allocations by begin/endAllocateToPool.
+}
+
+void VramledgerAllocator::annotate_allocation(const void* ptr, const std::string& metadata) {
+  std::optional<LiveAllocation> found = registry_.find(const_cast<void*>(ptr));
+  TORCH_CHECK(found.has_value(), "vramledger: annotate: ", ptr,
+              " is not the base address of a live vramledger allocation");
+  if (DeviceAllocators* state = device_if_created(found->device)) {
+    state->history().record_memory_annotation(reinterpret_cast<std::uintptr_t>(ptr),
+                                              found->requested, metadata);
+  }
+}
 
 }  // namespace vramledger::torch_plugin

@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -20,12 +21,13 @@
 #include "allocator/config.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/pointer_registry.hpp"
+#include "torch_plugin/versioned_allocator.hpp"
 
 namespace vramledger::torch_plugin {
 
 namespace c10_alloc = c10::cuda::CUDACachingAllocator;
 
-class VramledgerAllocator final : public c10_alloc::CUDAAllocator {
+class VramledgerAllocator final : public VersionedAllocator {
  public:
   static constexpr int kMaxDevices = 64;
 
@@ -113,6 +115,17 @@ class VramledgerAllocator final : public c10_alloc::CUDAAllocator {
       c10::DeviceIndex device, std::shared_ptr<c10_alloc::AllocatorState> pps) override;
   std::string name() override;
 
+  // Allocations refused by the memory-fraction cap although the device had room (torch 2.12+
+  // reports them as num_oom_rejections; counted on every release).
+  std::int64_t oom_rejections(c10::DeviceIndex device) const;
+
+  // --- what releases newer than 2.11 added (versioned_allocator.hpp forwards to these; public
+  // so that every release, and the self-test, can use them) ---
+  void add_oom_rejection_observer(OomRejectionCallback observer) override;
+  std::shared_ptr<c10::GatheredContext> context_for_pointer(const void* ptr) override;
+  void on_capture_marked(c10::DeviceIndex device, bool begins) override;
+  void annotate_allocation(const void* ptr, const std::string& metadata) override;
+
  private:
   VramledgerAllocator(Config config, std::string config_text);
 
@@ -138,6 +151,8 @@ class VramledgerAllocator final : public c10_alloc::CUDAAllocator {
 
   std::mutex oom_observers_mutex_;
   std::vector<c10_alloc::OutOfMemoryObserver> oom_observers_;
+  std::vector<OomRejectionCallback> oom_rejection_observers_;
+  std::array<std::atomic<std::int64_t>, kMaxDevices> oom_rejections_{};
 
   std::atomic<bool> initialized_{false};
   std::atomic<bool> enabled_{true};

@@ -31,13 +31,35 @@ def _native():
     """The native functions, loaded on first use: torch first, since importing torch loads the
     libc10 / libcudart our library links against (and keeps `vramledger run` quick to start).
     The _C extension when it was built, else the same functions through ctypes."""
-    import torch  # noqa: F401
+    import torch
 
+    _check_torch_release(torch.__version__)
     try:
         from . import _C
     except ImportError:
         from . import _ctypes_api as _C
     return _C
+
+
+def _major_minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def _check_torch_release(loaded: str) -> None:
+    """Refuses, before loading any native code, a plugin built for another torch release: torch's
+    allocator interface (a C++ vtable) differs between minor releases, so such a plugin would
+    fail to load or call the wrong methods. _build_info is written by the build; a package
+    without it (a build tree staged by the tests) is checked by the native install instead."""
+    try:
+        from ._build_info import TORCH_VERSION as built
+    except ImportError:
+        return
+    if _major_minor(built) != _major_minor(loaded):
+        raise ImportError(
+            f"vramledger was built for torch {built} but torch {loaded} is imported; torch's "
+            "allocator interface differs between releases. Rebuild it against this torch: "
+            "pip install --no-build-isolation --force-reinstall <vramledger source>"
+        )
 
 __all__ = [
     "install",

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "torch_plugin/install.hpp"
+#include "torch_plugin/torch_compat.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 #include "torch_plugin/vramledger_c_api.h"
 
@@ -185,25 +186,80 @@ TEST(TorchPlugin, DefaultPoolFreesWaitForTheEndOfACapture) {
 }
 
 TEST(TorchPlugin, MemoryFractionCapsAndOomObserverRuns) {
-  std::vector<std::size_t> requests;
+  // Observers stay attached for the process (as in torch): they must outlive this test.
+  static std::vector<std::size_t> requests;
+  requests.clear();
   plugin().attachOutOfMemoryObserver(
-      [&requests](int64_t, size_t bytes, size_t, size_t) { requests.push_back(bytes); });
+      [](int64_t, size_t bytes, size_t, size_t) { requests.push_back(bytes); });
+  static std::vector<std::size_t> rejected;
+  rejected.clear();
+  plugin().add_oom_rejection_observer(
+      [](int64_t, size_t bytes, size_t, size_t) { rejected.push_back(bytes); });
   const auto ooms = stats().num_ooms;
+  const auto rejections = plugin().oom_rejections(0);
   plugin().setMemoryFraction(0.001, 0);  // ~82 MiB of the simulated 80 GiB
   EXPECT_DOUBLE_EQ(plugin().getMemoryFraction(0), 0.001);
   try {
     alloc(200 * kMiB);
     ADD_FAILURE() << "expected an out-of-memory error";
   } catch (const c10::OutOfMemoryError& error) {
-    EXPECT_NE(std::string(error.what()).find("CUDA out of memory (vramledger)"), std::string::npos);
+    // torch's wording, which tools parse, then the cap and vramledger's account.
+    const std::string what = error.what();
+    EXPECT_NE(what.find("CUDA out of memory. Tried to allocate 200.00 MiB. GPU 0 has a total "
+                        "capacity of "), std::string::npos) << what;
+    EXPECT_NE(what.find("is reserved by PyTorch but unallocated."), std::string::npos) << what;
+    EXPECT_NE(what.find("memory fraction"), std::string::npos) << what;
+    EXPECT_NE(what.find("vramledger's account of this process on GPU 0"), std::string::npos)
+        << what;
   }
   plugin().setMemoryFraction(1.0, 0);
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0], 200 * kMiB);
   EXPECT_EQ(stats().num_ooms, ooms + 1);
+  // The device had room: the cap refused it, which torch 2.12+ counts as an OOM rejection.
+  EXPECT_EQ(plugin().oom_rejections(0), rejections + 1);
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0], 200 * kMiB);
   void* p = alloc(200 * kMiB);
   plugin().free_block(p);
   EXPECT_THROW(plugin().setMemoryFraction(1.5, 0), c10::Error);
+}
+
+TEST(TorchPlugin, ImpossibleRequestsAreOutOfMemoryInTorchsWords) {
+  const auto ooms = stats().num_ooms;
+  const std::size_t huge = std::size_t{800000000} * 1024 * 1024 * 1024;  // 800,000,000 GiB
+  try {
+    alloc(huge);
+    ADD_FAILURE() << "expected an out-of-memory error";
+  } catch (const c10::OutOfMemoryError& error) {
+    EXPECT_NE(std::string(error.what()).find("Tried to allocate 800000000.00 GiB"),
+              std::string::npos) << error.what();
+  }
+  EXPECT_EQ(stats().num_ooms, ooms + 1);
+  try {
+    alloc(std::size_t{1} << 62);
+    ADD_FAILURE() << "expected an out-of-memory error";
+  } catch (const c10::OutOfMemoryError& error) {
+    EXPECT_NE(std::string(error.what()).find("Tried to allocate more than 1EB memory"),
+              std::string::npos) << error.what();
+  }
+  // Nothing was lost: the next request succeeds and the books are back where they were.
+  const auto allocated = stats().allocated_bytes[kAll].current;
+  void* p = alloc(kMiB);
+  plugin().free_block(p);
+  EXPECT_EQ(stats().allocated_bytes[kAll].current, allocated);
+}
+
+TEST(TorchPlugin, BuiltForTheTorchThatIsLoaded) {
+  // The self-test runs against the torch it was compiled for: the load-time check must agree.
+  const std::string loaded = loaded_torch_version();
+  const std::string built = std::to_string(compat::kBuiltTorchMajor) + "." +
+                            std::to_string(compat::kBuiltTorchMinor) + ".";
+  ASSERT_FALSE(loaded.empty()) << "libc10.so is not in a wheel's torch/lib/ folder";
+  EXPECT_EQ(loaded.rfind(built, 0), 0u) << loaded << " vs " << built;
+  EXPECT_NO_THROW(check_loaded_torch_matches_build());
+  EXPECT_GE(compat::kBuiltTorchMinor, compat::kTorchMinorMin);
+  EXPECT_LE(compat::kBuiltTorchMinor, compat::kTorchMinorMax);
 }
 
 TEST(TorchPlugin, ResetPeakAndAccumulated) {
