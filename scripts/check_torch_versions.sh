@@ -39,6 +39,10 @@ mkdir -p "$logs"
 check_version() {
   local version=$1 venv=".deps/torch-$1" build="build-torch-$1" log="$logs/torch-$1.log"
   : >"$log"
+  # The torch scripts/setup.sh pinned in .venv serves when it is this version (no second download).
+  if .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$version')" 2>/dev/null; then
+    venv=.venv
+  fi
   if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$version')" 2>/dev/null; then
     rm -rf "$venv"
     if ! { python3 -m venv "$venv" &&
