@@ -72,6 +72,87 @@ def run_environment(conf: Optional[str], report: Optional[str], base: dict,
     return env
 
 
+# --- The configuration string, checked before the program starts -------------------------------
+# A program that never imports torch never installs vramledger, so a bad --conf would go
+# unnoticed (issue 16). The C++ parser (allocator/config.cpp) is the reference; this mirrors its
+# keys and bounds so that the check needs no native library, and tests/bad_input/test_tools.py
+# holds the two to the same verdicts.
+_KIB, _MIB, _GIB, _TIB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+_DEVICE_MAX = 4 * _TIB
+_CONF_SPACE = " \t\n\r\v\f"
+# key: (setting, unit, unit name, zero invalid, accepts 'unlimited', power of two, max bytes)
+_CONF_SIZES = {
+    "round_bytes": ("round_bytes", 1, "bytes", True, False, True, _GIB),
+    "small_size_limit_kb": ("small_size_limit_kb", _KIB, "KiB", False, False, False, _DEVICE_MAX),
+    "small_segment_mb": ("small_segment_mb", _MIB, "MiB", True, False, False, _DEVICE_MAX),
+    "large_segment_mb": ("large_segment_mb", _MIB, "MiB", True, False, False, _DEVICE_MAX),
+    "max_split_mb": ("max_split_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),
+    "page_mb": ("page_mb", _MIB, "MiB", False, False, False, _GIB),
+    "span_gb": ("span_gb", _GIB, "GiB", False, False, False, 2 * _DEVICE_MAX),
+    "max_free_mapped_mb": ("max_free_mapped_mb", _MIB, "MiB", False, True, False, _DEVICE_MAX),
+    "max_free_physical_mb": ("max_free_physical_mb", _MIB, "MiB", False, True, False,
+                             _DEVICE_MAX),
+    "map_chunk_mb": ("map_chunk_mb", _MIB, "MiB", True, False, False, _DEVICE_MAX),
+    "cross_stream_slack_pct": ("cross_stream_slack_pct", 1, "percent", False, False, False,
+                               10000),
+    "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
+    "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
+}
+_CONF_BOOLS = ("paged_heap", "alias_pending_pages")
+_CONF_BACKENDS = ("auto", "simulated", "cuda_malloc", "vmm", "malloc_async")
+
+
+def conf_problem(text: str) -> Optional[str]:
+    """Why the allocator would refuse the configuration string `text`, or None."""
+    if not text.strip(_CONF_SPACE):
+        return None
+    settings = set()
+    sizes = {}
+    for entry in text.split(","):
+        entry = entry.strip(_CONF_SPACE)
+        if not entry:
+            return f"empty entry in '{text}' (a stray comma?)"
+        key, colon, value = entry.partition(":")
+        key, value = key.strip(_CONF_SPACE), value.strip(_CONF_SPACE)
+        if not key:
+            return f"entry '{entry}' has no key before ':'"
+        if key != "backend" and key not in _CONF_SIZES and key not in _CONF_BOOLS:
+            return f"unknown key '{key}'"
+        if not value:
+            return f"key '{key}' has no value (write {key}:VALUE)"
+        setting = _CONF_SIZES[key][0] if key in _CONF_SIZES else key
+        if setting in settings:
+            return f"key '{key}' is given twice, or with the other of cap_mb and cap_gb"
+        settings.add(setting)
+        invalid = f"key '{key}' has invalid value '{value}'"
+        if key == "backend":
+            if value not in _CONF_BACKENDS:
+                return f"{invalid}: expected auto, simulated, cuda_malloc, vmm or malloc_async"
+        elif key in _CONF_BOOLS:
+            if value.lower() not in ("true", "false"):
+                return f"{invalid}: expected true or false"
+        else:
+            _, unit, unit_name, zero_invalid, unlimited, power_of_two, max_bytes = _CONF_SIZES[key]
+            if unlimited and value == "unlimited":
+                continue
+            if not value.isascii() or not value.isdigit():
+                return f"{invalid}: expected a whole number of {unit_name}"
+            units = int(value)
+            if units == 0 and zero_invalid:
+                return f"{invalid}: 0 is not allowed"
+            if power_of_two and units & (units - 1):
+                return f"{invalid}: must be a power of two"
+            if units * unit > max_bytes:
+                return f"{invalid}: at most {max_bytes // unit} {unit_name}"
+            sizes[key] = units * unit
+    limit = sizes.get("small_size_limit_kb", 0)
+    segment = sizes.get("small_segment_mb", 2 * _MIB)
+    if limit > segment:
+        return (f"small_size_limit_kb {limit // _KIB} KiB exceeds small_segment_mb "
+                f"{segment // _MIB} MiB: every small request must fit in a small segment")
+    return None
+
+
 def choose_preload(track: Optional[bool]) -> "tuple[Optional[str], Optional[str]]":
     """(shim path or None, error or None) for --track-non-torch (True), --no-track-non-torch
     (False) or neither (None: on when the shim is found)."""
@@ -132,6 +213,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         command = command[1:]
     if not command:
         print("vramledger run: no command given (vramledger run -- python app.py)", file=sys.stderr)
+        return 2
+    conf = args.conf if args.conf is not None else os.environ.get("VRAMLEDGER_CONF")
+    problem = conf_problem(conf) if conf is not None else None
+    if problem is not None:
+        source = "--conf" if args.conf is not None else "$VRAMLEDGER_CONF"
+        print(f"vramledger run: {source}: allocator config: {problem} (nothing was started)",
+              file=sys.stderr)
         return 2
     track = args.track_non_torch
     if args.route_non_torch is not None:
