@@ -36,6 +36,17 @@ def _number(text: str, what: str, line: int) -> int:
         raise RmmLogError(f"line {line}: bad {what} {text!r}") from None
 
 
+def decoded_lines(binary):
+    """Lines of a file opened in binary mode, decoded one by one so that a byte that is not UTF-8
+    is reported with its line (a text-mode file decodes whole blocks ahead of the CSV reader)."""
+    for number, raw in enumerate(binary, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RmmLogError(f"line {number}: not UTF-8 text ({error.reason} at byte "
+                              f"{error.start})") from None
+
+
 def _rows(reader: csv.DictReader):
     """The reader's rows; undecodable bytes and CSV syntax errors become RmmLogError."""
     iterator = iter(reader)
@@ -125,8 +136,8 @@ def main() -> int:
     parser.add_argument("output", type=Path)
     args = parser.parse_args()
     try:
-        with open(args.log, newline="") as rows:
-            summary = write_workload(rows, args.output, str(args.log))
+        with open(args.log, "rb") as binary:
+            summary = write_workload(decoded_lines(binary), args.output, str(args.log))
     except (OSError, RmmLogError) as error:
         print(f"error: {args.log}: {error}", file=sys.stderr)
         return 1

@@ -79,7 +79,10 @@ class RmmHostileInputTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "bad.csv"
             path.write_bytes(self.HEADER.encode() + b"1,t,allocate,0x10,8,0x0\n\xff\xfe,\x80\n")
-            with open(path, newline="") as rows:
+            with open(path, "rb") as binary:
+                with self.assertRaisesRegex(rmm.RmmLogError, "line 3: not UTF-8 text"):
+                    rmm.convert(rmm.decoded_lines(binary))
+            with open(path, newline="") as rows:  # a text-mode file: the line is approximate
                 with self.assertRaisesRegex(rmm.RmmLogError, "not UTF-8 text"):
                     rmm.convert(rows)
 
@@ -111,6 +114,11 @@ class RmmHostileInputTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "bad.csv"
             log.write_bytes(self.HEADER.encode() + b"\xff\xff\n")
+            converted = subprocess.run([sys.executable, str(ROOT / "bench" / "traces" /
+                                                            "rmm_log_to_workload.py"),
+                                        str(log), str(Path(tmp) / "out.vlt")],
+                                       capture_output=True, text=True)
+            self.assertIn("line 2: not UTF-8 text", converted.stderr)
             result = subprocess.run([sys.executable, str(ROOT / "bench" / "traces" /
                                                          "rmm_log_to_workload.py"),
                                      str(log), str(Path(tmp) / "out.vlt")],
