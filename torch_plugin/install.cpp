@@ -8,7 +8,9 @@
 #include <dlfcn.h>
 
 #include <exception>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <mutex>
 #include <stdexcept>
@@ -119,7 +121,9 @@ void install(std::string_view config_text) {
     allocator->init(c10::cuda::device_count());
   }
   c10_alloc::allocator.store(allocator);
-  c10::SetAllocator(c10::DeviceType::CUDA, allocator, /*priority=*/0);
+  // The highest priority: torch 2.15's CUDA library registers its own allocator above the default
+  // priority 0 (which torch 2.11 used), and only an equal or higher priority replaces it.
+  c10::SetAllocator(c10::DeviceType::CUDA, allocator, std::numeric_limits<std::uint8_t>::max());
   TORCH_CHECK(c10::GetAllocator(c10::DeviceType::CUDA) == allocator,
               "vramledger: installed as the CUDA caching allocator, but c10::SetAllocator(CUDA) "
               "kept another allocator registered with a higher priority");
