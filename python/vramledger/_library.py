@@ -1,6 +1,13 @@
-"""Where libvramledger_torch.so is: next to this package once installed (meson-python or
-`meson install`), or wherever the VRAMLEDGER_LIBRARY variable points. Where the LD_PRELOAD shim
-libvramledger_preload.so is (preload_library_path): found without importing torch."""
+"""Where vramledger's three native libraries are:
+
+- libvramledger_torch.so (library_path): torch's allocator; next to this package once installed
+  (`pip install .` or `meson install`), or wherever $VRAMLEDGER_LIBRARY points;
+- libvramledger_preload.so (preload_library_path): the LD_PRELOAD shim that counts non-torch
+  memory by library; installed next to this package too;
+- libvramledger_route.so (route_library_path): the shim's routing mode's cache, which the shim
+  loads from its own folder.
+
+The last two are found without importing torch."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ from typing import Optional
 
 _NAME = "libvramledger_torch.so"
 _PRELOAD_NAME = "libvramledger_preload.so"
+_ROUTE_NAME = "libvramledger_route.so"
 
 
 def library_path() -> str:
@@ -43,3 +51,13 @@ def preload_library_path() -> Optional[str]:
         if os.path.exists(candidate):
             return candidate
     return None
+
+
+def route_library_path() -> Optional[str]:
+    """The routing mode's library, or None when it is not found: the shim dlopens it from its own
+    folder (docs/preload.md), so it is looked for next to preload_library_path() only."""
+    shim = preload_library_path()
+    if shim is None:
+        return None
+    candidate = os.path.join(os.path.dirname(os.path.abspath(shim)), _ROUTE_NAME)
+    return candidate if os.path.exists(candidate) else None

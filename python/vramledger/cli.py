@@ -30,8 +30,9 @@ cublas,user. It needs the shim, so it implies --track-non-torch.
 
     vramledger where
 
-prints the paths a non-Python integration needs (the shared library for
-CUDAPluggableAllocator, the LD_PRELOAD shim, and the bootstrap folder).
+prints the paths of vramledger's parts: the shared library for CUDAPluggableAllocator, the
+LD_PRELOAD shim, the routing mode's library (next to the shim) and the bootstrap folder, one a
+line; a part that is missing reads "not found (...)" with the reason, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -172,6 +173,33 @@ def choose_preload(track: Optional[bool]) -> "tuple[Optional[str], Optional[str]
     return None, f"vramledger run: --track-non-torch: libvramledger_preload.so {where}"
 
 
+def where() -> int:
+    """`vramledger where`: each part's path, or why it is missing; 1 when a part is missing."""
+    from ._library import library_path, preload_library_path, route_library_path
+
+    missing = 0
+    try:
+        plugin = library_path()
+        if not os.path.exists(plugin):
+            plugin, missing = f"not found ({plugin} does not exist)", missing + 1
+    except (ImportError, OSError) as error:  # neither next to the package nor loadable via torch
+        plugin, missing = f"not found (libvramledger_torch.so: {error})", missing + 1
+    shim = preload_library_path()
+    if shim is None:
+        shim, missing = ("not found (no libvramledger_preload.so next to the package; "
+                         "set VRAMLEDGER_PRELOAD_LIBRARY)"), missing + 1
+    elif not os.path.exists(shim):
+        shim, missing = f"not found ({shim} does not exist)", missing + 1
+    route = route_library_path()
+    if route is None:
+        route, missing = "not found (no libvramledger_route.so next to the shim)", missing + 1
+    print(f"library   {plugin}")
+    print(f"preload   {shim}")
+    print(f"route     {route}")
+    print(f"bootstrap {BOOTSTRAP_DIR}")
+    return 1 if missing else 0
+
+
 def _parse(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vramledger", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -193,21 +221,15 @@ def _parse(argv: List[str]) -> argparse.Namespace:
                           "(the shim's routing mode; LIBRARIES: 1 = all but NCCL (default), all, "
                           "or e.g. cublas,user)")
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
-    sub.add_parser("where", help="print the library and bootstrap paths")
+    sub.add_parser("where", help="print the paths of the plugin, the LD_PRELOAD shim, the routing "
+                                 "library and the bootstrap folder")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.command == "where":
-        from ._library import library_path
-
-        from ._library import preload_library_path
-
-        print(f"library   {library_path()}")
-        print(f"preload   {preload_library_path() or 'not found'}")
-        print(f"bootstrap {BOOTSTRAP_DIR}")
-        return 0
+        return where()
     command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
