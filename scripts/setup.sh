@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Installs what building and testing vramledger needs on a Debian 12 (or Ubuntu) machine.
-# Idempotent: packages already present are not reinstalled, and apt is not touched at all when
-# nothing is missing (so it also works on machines without network access, such as the GPU box,
-# as long as the tools are already there).
+# Installs what building and testing vramledger needs on a Debian 12 (or Ubuntu) machine, and says
+# what it installs and why as it goes. Idempotent: what is present is not installed again, and apt
+# is not touched at all when nothing is missing (so it also works on machines without network
+# access, such as the GPU box, as long as the tools are already there).
 #
-# Meson is pinned and installed from PyPI into .venv/ inside the checkout, so the build never
-# depends on whichever meson a machine happens to carry; scripts/run_tests.sh and
-# scripts/main_job.sh put .venv/bin first on PATH.
+#   1. Debian packages (apt): the compiler and build tools, GoogleTest, and optional libraries
+#      (Google Benchmark, CLI11, zlib, nlohmann-json, headless Chromium, pytest).
+#   2. .venv/ inside the checkout (PyPI): Meson, pinned, so the build never depends on whichever
+#      meson a machine carries; pytest for the Python test suites (meson finds .venv's python3
+#      first). scripts/run_tests.sh and scripts/main_job.sh put .venv/bin first on PATH.
+#   3. Only where a CUDA toolkit is installed (nvcc): torch 2.11.0 into .venv/ (a ~530 MB
+#      download, without its dependencies), so the PyTorch plugin (torch_plugin/) is compiled
+#      against it and its self-tests run. VRAMLEDGER_SETUP_TORCH=0 skips it (the plugin is then
+#      not built). The CUDA toolkit itself is never installed here.
 set -euo pipefail
 
 MESON_VERSION=1.6.1
@@ -38,14 +44,15 @@ if ((${#missing_required[@]} + ${#missing_optional[@]})); then
   apt_install() { "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
   "${sudo_cmd[@]}" apt-get update -qq || echo "setup: WARNING: apt-get update failed" >&2
   if ((${#missing_required[@]})); then
-    echo "setup: installing ${missing_required[*]}"
+    echo "setup: installing ${missing_required[*]} (apt; required: compiler, ninja, GoogleTest)"
     # Offline machines (the GPU box) often have the tools from elsewhere (pip's ninja, a
     # /usr/include/gtest): go on, and let the build say what is really missing.
     apt_install "${missing_required[@]}" ||
       echo "setup: WARNING: could not install ${missing_required[*]}; the build may fail" >&2
   fi
   if ((${#missing_optional[@]})); then
-    echo "setup: installing ${missing_optional[*]} (optional)"
+    echo "setup: installing ${missing_optional[*]} (apt; optional: benchmarks, vramledger-replay's" \
+         "command line, gzip'd traces, JSON, the HTML report check, pytest)"
     apt_install "${missing_optional[@]}" ||
       echo "setup: WARNING: could not install ${missing_optional[*]}; what they enable is skipped" >&2
   fi
@@ -66,7 +73,7 @@ install_meson() {
 if [[ "$have_version" == "$MESON_VERSION" ]]; then
   echo "setup: meson $MESON_VERSION present in $venv"
 else
-  echo "setup: installing meson==$MESON_VERSION into $venv"
+  echo "setup: installing meson==$MESON_VERSION into $venv (PyPI; the build system, pinned)"
   if ! install_meson; then
     # Offline machines (the GPU box) may still carry a usable meson of their own.
     rm -rf "$venv"
@@ -79,16 +86,34 @@ else
   fi
 fi
 
+# pytest in .venv: the build finds .venv's python3 first, and the Python suites
+# (end_to_end_harness, torch_launcher_py) run under it; without pytest they are reported skipped.
+if [[ -x "$venv/bin/python" ]]; then
+  if "$venv/bin/python" -c "import pytest" 2>/dev/null; then
+    echo "setup: pytest present in $venv"
+  else
+    echo "setup: installing pytest into $venv (PyPI; runs the Python test suites)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check pytest ||
+      echo "setup: WARNING: could not install pytest; the Python suites are reported skipped" >&2
+  fi
+fi
+
 # PyTorch, pinned to the GPU machine's 2.11.0 (torch's CUDAAllocator vtable changes with every
 # minor release), without its dependencies: the plugin build needs only torch's headers and
 # libraries, and its self-test runs on the simulated device. Only where the CUDA toolkit is, since
 # the plugin sits on the CUDA backends.
 TORCH_VERSION=2.11.0
-if [[ -x "$venv/bin/python" ]] && { command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+if [[ "${VRAMLEDGER_SETUP_TORCH:-1}" == 0 ]]; then
+  echo "setup: VRAMLEDGER_SETUP_TORCH=0: torch not installed (the PyTorch plugin is not built)"
+elif ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "setup: no CUDA toolkit (nvcc): torch not installed (the PyTorch plugin needs CUDA to build)"
+elif [[ -x "$venv/bin/python" ]]; then
   if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$TORCH_VERSION')" 2>/dev/null; then
     echo "setup: torch==$TORCH_VERSION present in $venv"
   else
-    echo "setup: installing torch==$TORCH_VERSION (without dependencies) into $venv for the plugin build"
+    echo "setup: installing torch==$TORCH_VERSION into $venv (PyPI, ~530 MB, without its" \
+         "dependencies): nvcc is here, so the PyTorch plugin is built and self-tested against it" \
+         "(VRAMLEDGER_SETUP_TORCH=0 skips this)"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torch==$TORCH_VERSION" ||
       echo "setup: WARNING: could not install torch==$TORCH_VERSION; the torch plugin is not built" >&2
   fi
