@@ -6,7 +6,8 @@
 #include <cstdlib>
 
 #include "accounting/cheap_clock.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/counters_text.hpp"
+#include "accounting/fragmentation.hpp"
 
 namespace vramledger {
 
@@ -359,7 +360,21 @@ void Ledger::reset_accumulated() noexcept {
   counters_.num_unmaps = 0;
 }
 
-std::string Ledger::describe() const { return counters_report(*this); }
+std::string Ledger::describe() const {
+  const CountersAccount account = counters_account();
+  return counters_text(account, measure_fragmentation(account.counters));
+}
+
+CountersAccount Ledger::counters_account() const {
+  CountersAccount account;
+  account.counters = counters();
+  account.tags = per_tag();
+  account.streams = per_stream();
+  account.trace_records = trace_.size();
+  account.trace_dropped = trace_.dropped();
+  if (first_inconsistency_) account.inconsistency = first_inconsistency_->to_string();
+  return account;
+}
 
 void Ledger::record_negative_counter(const AllocatorEvent& event) noexcept {
   if (first_inconsistency_) return;  // only the first one matters: later ones follow from it

@@ -23,6 +23,7 @@
 namespace vramledger {
 
 struct PoolUpdate;  // ledger.cpp: the counters one pool event touches
+struct CountersAccount;  // counters_text.hpp
 
 struct LedgerOptions {
   std::size_t trace_capacity = EventTrace::kDefaultCapacity;  // records; 0 turns tracing off
@@ -58,8 +59,10 @@ class Ledger final : public AllocatorObserver {
   Ledger& operator=(const Ledger&) = delete;
 
   void on_event(const AllocatorEvent& event) noexcept override;
-  // The counters-only account (text_report.hpp) attached to out-of-memory errors.
+  // The counters-only account (counters_text.hpp) attached to out-of-memory errors.
   std::string describe() const override;
+  // The figures that account prints, copied out (counters_text.hpp).
+  CountersAccount counters_account() const;
 
   // Snapshots with torch's Stat meaning (see "Storage" below for why they are computed here).
   LedgerCounters counters() const noexcept;

@@ -1,45 +1,21 @@
 // A tcmalloc-style text account of one allocator: reserved memory broken into additive lines
-// that sum exactly to reserved, then counts, peaks, fragmentation, per-tag and per-stream usage.
+// that sum exactly to reserved (memory_breakdown.hpp), then counts, peaks, fragmentation, per-tag
+// and per-stream usage (counters_text.hpp), and with a census the consistency check.
 // docs/stats.md defines every line.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "accounting/ledger.hpp"
+#include "accounting/memory_breakdown.hpp"  // the lines the report prints, for its readers
 #include "allocator/caching_allocator.hpp"
+#include "allocator/text_format.hpp"  // format_bytes, the report's unit for every figure
 
 namespace vramledger {
-
-// Each line is >= 0 when the ledger is consistent; a negative line means an event is missing and
-// is reported as such, never clamped. sum() == reserved holds by construction.
-struct MemoryBreakdown {
-  std::int64_t requested = 0;          // requested bytes of allocated blocks
-  std::int64_t rounding = 0;           // allocated - requested
-  std::int64_t pending_frees = 0;      // active - allocated: freed, other streams still use them
-  std::int64_t cached_usable = 0;      // free bytes in blocks not split from a used range
-  std::int64_t fragmentation = 0;      // inactive split bytes: free holes inside used ranges
-  std::int64_t unmapped_physical = 0;  // VMM physical pages held but mapped nowhere
-  std::int64_t reserved = 0;
-
-  std::int64_t sum() const noexcept {
-    return requested + rounding + pending_frees + cached_usable + fragmentation +
-           unmapped_physical;
-  }
-  bool all_lines_non_negative() const noexcept {
-    return requested >= 0 && rounding >= 0 && pending_frees >= 0 && cached_usable >= 0 &&
-           fragmentation >= 0 && unmapped_physical >= 0;
-  }
-};
-
-MemoryBreakdown compute_breakdown(const PoolCounters& pool);
 
 // Everything the counters know (what Ledger::describe returns and OOM errors carry).
 std::string counters_report(const Ledger& ledger);
 // The same plus the census: largest free block, free bytes, and the consistency check.
 std::string text_report(const Ledger& ledger, const BlockCensus& census);
-
-// "1.50 GiB", "512 B": binary units, two decimals.
-std::string format_bytes(std::int64_t bytes);
 
 }  // namespace vramledger

@@ -3,32 +3,11 @@
 // shared state in detail/policy_state.hpp; docs/design.md describes the walk.
 #include "allocator/caching_allocator.hpp"
 
-#include <cinttypes>
-#include <cstdio>
 #include <mutex>
 
 #include "allocator/detail/policy_state.hpp"
 
 namespace vramledger {
-
-std::string CachingAllocator::Impl::format_bytes(std::size_t bytes) {
-  char text[64];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (std::size_t{1} << 30)) {
-    std::snprintf(text, sizeof text, "%.2f GiB (%zu bytes)", b / (1u << 30), bytes);
-  } else if (bytes >= (std::size_t{1} << 20)) {
-    std::snprintf(text, sizeof text, "%.2f MiB (%zu bytes)", b / (1u << 20), bytes);
-  } else {
-    std::snprintf(text, sizeof text, "%zu bytes", bytes);
-  }
-  return text;
-}
-
-std::string CachingAllocator::Impl::format_pointer(DevicePtr ptr) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%" PRIxPTR, ptr);
-  return text;
-}
 
 CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer,
                              AllocatorOptions options)
@@ -47,9 +26,9 @@ CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer
     page_bytes_ = options_.page_bytes == 0 ? granularity : options_.page_bytes;
     if (page_bytes_ % granularity != 0) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "page size " + format_bytes(page_bytes_) +
+                  "page size " + format_bytes_exact(page_bytes_) +
                       " is not a multiple of the device granularity " +
-                      format_bytes(granularity));
+                      format_bytes_exact(granularity));
     }
     std::size_t large_span = options_.span_bytes;
     if (large_span == 0) {
@@ -68,8 +47,8 @@ DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle strea
   }
   if (bytes > kMaxRequestBytes) {
     throw Error(ErrorCode::kInvalidArgument,
-                "request of " + format_bytes(bytes) + " exceeds the largest supported size " +
-                    format_bytes(kMaxRequestBytes));
+                "request of " + format_bytes_exact(bytes) + " exceeds the largest supported size " +
+                    format_bytes_exact(kMaxRequestBytes));
   }
   const std::size_t size = round_up(bytes, options_.round_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
@@ -97,7 +76,7 @@ DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::size_t byt
                                               StreamHandle stream, TagId tag) {
   if (bytes == 0 || bytes > kMaxRequestBytes) {
     throw Error(ErrorCode::kInvalidArgument,
-                "allocate_at: cannot allocate " + format_bytes(bytes));
+                "allocate_at: cannot allocate " + format_bytes_exact(bytes));
   }
   const std::size_t size = round_up(bytes, options_.round_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
@@ -141,8 +120,8 @@ Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, PoolKind p
                                                   DevicePtr address, std::size_t size) {
   auto refuse = [&](const std::string& why) -> Block* {
     throw Error(ErrorCode::kInvalidArgument,
-                "cannot place " + format_bytes(size) + " at " + format_pointer(address) +
-                    " on stream " + format_pointer(heaps.stream) + ": " + why);
+                "cannot place " + format_bytes_exact(size) + " at " + format_hex(address) +
+                    " on stream " + format_hex(heaps.stream) + ": " + why);
   };
   for (AddressRange* range : heaps.ranges[pool_index(pool)]) {
     if (address < range->base || address >= range->end()) continue;
@@ -152,10 +131,10 @@ Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, PoolKind p
       if (b->state != BlockState::kFree) {
         return refuse(std::string("the bytes are ") +
                       (b->state == BlockState::kAllocated ? "allocated" : "awaiting a free") +
-                      " (block at " + format_pointer(b->address) + ")");
+                      " (block at " + format_hex(b->address) + ")");
       }
       if (address + size > b->end()) {
-        return refuse("only " + format_bytes(b->end() - address) + " are free there");
+        return refuse("only " + format_bytes_exact(b->end() - address) + " are free there");
       }
       return b;
     }
@@ -210,14 +189,14 @@ std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, StreamHandle
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   const bool known = backend_.memory_info(&free_bytes, &total_bytes).is_ok();
-  std::string text = "out of memory: tried to allocate " + format_bytes(bytes) +
+  std::string text = "out of memory: tried to allocate " + format_bytes_exact(bytes) +
                      " on device " + std::to_string(backend_.info().device) + " (stream " +
-                     format_pointer(stream) + ", backend " + backend_.info().name + "). ";
-  text += "vramledger holds " + format_bytes(reserved_bytes_) + " reserved";
-  if (cap_ != 0) text += " under a cap of " + format_bytes(cap_);
+                     format_hex(stream) + ", backend " + backend_.info().name + "). ";
+  text += "vramledger holds " + format_bytes_exact(reserved_bytes_) + " reserved";
+  if (cap_ != 0) text += " under a cap of " + format_bytes_exact(cap_);
   if (known) {
-    text += "; the device has " + format_bytes(free_bytes) + " free of " +
-            format_bytes(total_bytes);
+    text += "; the device has " + format_bytes_exact(free_bytes) + " free of " +
+            format_bytes_exact(total_bytes);
   }
   text += ". Cause: ";
   text += cause;

@@ -10,6 +10,7 @@
 
 #include "accounting/classification/probe_process_memory_source.hpp"
 #include "allocator/cuda/nvml_process_memory.hpp"
+#include "allocator/text_format.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/json_writer.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"

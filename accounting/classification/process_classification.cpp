@@ -1,5 +1,7 @@
 #include "accounting/classification/process_classification.hpp"
 
+#include "allocator/text_format.hpp"
+
 namespace vramledger {
 namespace {
 

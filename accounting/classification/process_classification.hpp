@@ -20,7 +20,7 @@
 #include "accounting/classification/device_ledger_view.hpp"
 #include "accounting/classification/non_torch_tracked.hpp"
 #include "accounting/classification/process_memory.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/memory_breakdown.hpp"
 
 namespace vramledger {
 

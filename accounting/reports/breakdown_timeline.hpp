@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "accounting/event_trace.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/memory_breakdown.hpp"
 
 namespace vramledger {
 

@@ -14,7 +14,8 @@
 #include "accounting/reports/breakdown_timeline.hpp"
 #include "accounting/reports/timeline_svg.hpp"
 #include "accounting/tag_registry.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/memory_breakdown.hpp"
+#include "allocator/text_format.hpp"
 
 namespace vramledger {
 namespace {

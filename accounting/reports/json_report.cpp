@@ -8,7 +8,8 @@
 #include "accounting/consistency.hpp"
 #include "accounting/fragmentation.hpp"
 #include "accounting/tag_registry.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/memory_breakdown.hpp"
+#include "allocator/text_format.hpp"
 
 namespace vramledger {
 namespace {
@@ -79,13 +80,6 @@ const char* clock_name(ClockSource clock) {
   return "unknown";
 }
 
-// Stream handles are pointers: hex text for people, the integer for programs.
-std::string hex(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%" PRIx64, value);
-  return text;
-}
-
 json inconsistency_to_json(const std::optional<LedgerInconsistency>& inconsistency) {
   if (!inconsistency) return nullptr;
   return {{"event_index", inconsistency->event_index},
@@ -132,10 +126,11 @@ nlohmann::json ledger_to_json(const Ledger& ledger, const BlockCensus* census,
 
   json streams = json::array();
   for (const StreamUsage& entry : ledger.per_stream()) {
-    streams.push_back({{"stream", entry.is_overflow ? json(nullptr) : json(hex(entry.stream))},
-                       {"handle", entry.is_overflow ? json(nullptr) : json(entry.stream)},
-                       {"overflow", entry.is_overflow},
-                       {"usage", usage_to_json(entry.usage)}});
+    streams.push_back(
+        {{"stream", entry.is_overflow ? json(nullptr) : json(format_hex(entry.stream))},
+         {"handle", entry.is_overflow ? json(nullptr) : json(entry.stream)},
+         {"overflow", entry.is_overflow},
+         {"usage", usage_to_json(entry.usage)}});
   }
   json tags = json::array();
   for (const TagUsage& entry : ledger.per_tag()) {

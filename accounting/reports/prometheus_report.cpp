@@ -10,7 +10,8 @@
 
 #include "accounting/fragmentation.hpp"
 #include "accounting/tag_registry.hpp"
-#include "accounting/text_report.hpp"
+#include "accounting/memory_breakdown.hpp"
+#include "allocator/text_format.hpp"
 
 namespace vramledger {
 namespace {
@@ -96,12 +97,6 @@ void add_stat(Exposition& out, const std::string& prefix, const char* name, cons
           what + ": sum of decreases since the last accumulated reset.", labels, stat.freed);
 }
 
-std::string hex(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%" PRIx64, value);
-  return text;
-}
-
 }  // namespace
 
 std::string escape_label_value(const std::string& value) {
@@ -181,7 +176,7 @@ std::string ledger_to_prometheus(const Ledger& ledger, const ReportLabels& label
 
   for (const StreamUsage& entry : ledger.per_stream()) {
     const Labels stream_labels =
-        with(device, "stream", entry.is_overflow ? std::string("other") : hex(entry.stream));
+        with(device, "stream", entry.is_overflow ? std::string("other") : format_hex(entry.stream));
     for_each_usage_stat(entry.usage, [&](const char* name, const Stat& stat) {
       add_stat(out, "vramledger_stream_", name, stat, stream_labels,
                std::string("Per-stream ") + name);

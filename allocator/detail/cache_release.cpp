@@ -78,7 +78,7 @@ void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int p, bool
       }
       retire_mappings(heaps, /*wait=*/true, range);
       throw_if_error(backend_.free_address_range(range->base, range->size),
-                     "freeing the address span at " + format_pointer(range->base));
+                     "freeing the address span at " + format_hex(range->base));
       heaps.free[p].remove(range->first);
       block_pool_.destroy(range->first);
       emit(EventKind::kVirtualRelease, range->pool, heaps.stream, range->base, range->size);
@@ -89,8 +89,8 @@ void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int p, bool
     }
     Block* block = range->first;
     throw_if_error(backend_.free_segment(range->base, range->size, heaps.stream),
-                   "returning the " + format_bytes(range->size) + " segment at " +
-                       format_pointer(range->base));
+                   "returning the " + format_bytes_exact(range->size) + " segment at " +
+                       format_hex(range->base));
     heaps.free[p].remove(block);
     set_inactive_split(block, false);
     block_pool_.destroy(block);

@@ -14,7 +14,7 @@ AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
   if (block == nullptr) block = block_containing(ptr);
   if (block == nullptr || block->state != BlockState::kAllocated) {
     throw Error(ErrorCode::kInvalidPointer,
-                "pointer " + format_pointer(ptr) + " is not inside a live vramledger allocation");
+                "pointer " + format_hex(ptr) + " is not inside a live vramledger allocation");
   }
   AllocationInfo info;
   info.base = block->address;
@@ -109,16 +109,16 @@ const Block* CachingAllocator::Impl::block_containing(DevicePtr ptr) const {
 void CachingAllocator::Impl::throw_unknown_pointer(DevicePtr ptr, const char* action) const {
   const Block* inside = block_containing(ptr);
   if (inside != nullptr && inside->address == ptr && inside->state == BlockState::kFree) {
-    throw Error(ErrorCode::kDoubleFree, std::string(action) + " " + format_pointer(ptr) +
+    throw Error(ErrorCode::kDoubleFree, std::string(action) + " " + format_hex(ptr) +
                                             ": this block was already freed");
   }
   if (inside != nullptr) {
     throw Error(ErrorCode::kInvalidPointer,
-                std::string(action) + " " + format_pointer(ptr) +
+                std::string(action) + " " + format_hex(ptr) +
                     ": the pointer lies inside a block starting at " +
-                    format_pointer(inside->address) + " but is not its start");
+                    format_hex(inside->address) + " but is not its start");
   }
-  throw Error(ErrorCode::kInvalidPointer, std::string(action) + " " + format_pointer(ptr) +
+  throw Error(ErrorCode::kInvalidPointer, std::string(action) + " " + format_hex(ptr) +
                                               ": this pointer was not allocated by vramledger "
                                               "on this device");
 }
@@ -163,7 +163,7 @@ std::size_t CachingAllocator::Impl::count_range(const AddressRange& range,
                                                 BlockCensus::PerPool& out,
                                                 std::size_t& live_seen) const {
   auto fail = [&](const std::string& what) {
-    throw Error(ErrorCode::kInternal, "range at " + format_pointer(range.base) + ": " + what);
+    throw Error(ErrorCode::kInternal, "range at " + format_hex(range.base) + ": " + what);
   };
   std::vector<PageUse> recount(range.page_use.size());
   DevicePtr cursor = range.base;

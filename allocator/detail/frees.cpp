@@ -12,7 +12,7 @@ void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
   if (block == nullptr) throw_unknown_pointer(ptr, "free");
   if (block->state == BlockState::kPendingFree) {
     throw Error(ErrorCode::kDoubleFree,
-                "pointer " + format_pointer(ptr) +
+                "pointer " + format_hex(ptr) +
                     " was already freed (its memory still waits for other streams)");
   }
   if (block->stream_uses.empty()) {
@@ -36,8 +36,8 @@ void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
       spare_events_.push_back(event);
       spare_events_.insert(spare_events_.end(), events.begin(), events.end());
       throw Error(status.code(),
-                  "cannot free " + format_pointer(ptr) + ": recording its use on stream " +
-                      format_pointer(use) + " failed (" + status.message() +
+                  "cannot free " + format_hex(ptr) + ": recording its use on stream " +
+                      format_hex(use) + " failed (" + status.message() +
                       "); the block stays allocated. If that stream was destroyed, call "
                       "release_stream() for it first.");
     }
@@ -55,7 +55,7 @@ void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
   if (block == nullptr) throw_unknown_pointer(ptr, "record_stream on");
   if (block->state != BlockState::kAllocated) {
     throw Error(ErrorCode::kDoubleFree,
-                "record_stream on " + format_pointer(ptr) + ", which was already freed");
+                "record_stream on " + format_hex(ptr) + ", which was already freed");
   }
   if (stream == block->range->owner->stream) return;
   if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==

@@ -67,7 +67,7 @@ Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool, std::
   const std::size_t bytes = std::max(span_bytes_[pool_index(pool)], round_up(size, page_bytes_));
   DevicePtr base = 0;
   throw_if_error(backend_.reserve_address_range(bytes, &base),
-                 "reserving " + format_bytes(bytes) + " of address space");
+                 "reserving " + format_bytes_exact(bytes) + " of address space");
   emit(EventKind::kVirtualReserve, pool, heaps.stream, base, bytes);
   return add_range(heaps, pool, base, bytes, /*is_span=*/true);
 }
@@ -125,8 +125,8 @@ void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr address
           }
           throw;
         }
-        throw_if_error(status, "mapping " + format_bytes(chunk.pages * page_bytes_) + " at " +
-                                   format_pointer(va));
+        throw_if_error(status, "mapping " + format_bytes_exact(chunk.pages * page_bytes_) + " at " +
+                                   format_hex(va));
       }
       span.set_chunk_mapped(page, chunk);
       mapped_heads.push_back(page);
@@ -144,8 +144,8 @@ std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::size_t 
   const DevicePtr va = span.base + head * page_bytes_;
   const std::size_t pages = span.chunk_pages(head);
   throw_if_error(backend_.unmap_pages(va, pages * page_bytes_, 1),
-                 "unmapping the " + format_bytes(pages * page_bytes_) + " at " +
-                     format_pointer(va));
+                 "unmapping the " + format_bytes_exact(pages * page_bytes_) + " at " +
+                     format_hex(va));
   put_spare(span.pool, span.clear_chunk_mapped(head));
   if (was_free) free_mapped_pages_[pool_index(span.pool)] -= pages;
   emit(EventKind::kUnmap, span.pool, span.owner->stream, va, pages * page_bytes_);

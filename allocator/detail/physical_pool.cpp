@@ -43,7 +43,7 @@ void CachingAllocator::Impl::release_chunk(PoolKind pool, PhysicalChunk chunk) {
   }
   if (Status status = backend_.release_physical(chunk.handle); !status) {
     put_spare(pool, chunk);
-    throw_if_error(status, "releasing " + format_bytes(chunk.pages * page_bytes_) +
+    throw_if_error(status, "releasing " + format_bytes_exact(chunk.pages * page_bytes_) +
                                " of physical memory");
   }
   reserved_bytes_ -= chunk.pages * page_bytes_;
@@ -70,7 +70,7 @@ std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKind pool,
                                                                   std::string* shortage) {
   const std::size_t bytes = pages * page_bytes_;
   if (cap_ != 0 && reserved_bytes_ + bytes > cap_) {
-    *shortage = "the cap of " + format_bytes(cap_) + " is reached";
+    *shortage = "the cap of " + format_bytes_exact(cap_) + " is reached";
     return std::nullopt;
   }
   PhysicalHandle handle = 0;
@@ -79,7 +79,7 @@ std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKind pool,
     *shortage = status.message();
     return std::nullopt;
   }
-  throw_if_error(status, "creating " + format_bytes(bytes) + " of physical memory");
+  throw_if_error(status, "creating " + format_bytes_exact(bytes) + " of physical memory");
   reserved_bytes_ += bytes;
   emit(EventKind::kPhysicalCreate, pool, 0, 0, bytes);
   return PhysicalChunk{handle, pages};
@@ -153,9 +153,9 @@ std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
               unmap_idle_chunks(pool, needed, SIZE_MAX, /*wait=*/true, exclusion) > 0) {
             continue;
           }
-          throw OutOfMemoryError("need " + format_bytes(needed * page_bytes_) +
+          throw OutOfMemoryError("need " + format_bytes_exact(needed * page_bytes_) +
                                  " more physical memory in pages of " +
-                                 format_bytes(page_bytes_) + ": " + shortage);
+                                 format_bytes_exact(page_bytes_) + ": " + shortage);
         }
         chunks.push_back(*chunk);
         needed -= chunk->pages;

@@ -39,6 +39,7 @@
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
 #include "allocator/spin_mutex.hpp"
+#include "allocator/text_format.hpp"
 
 namespace vramledger {
 
@@ -108,8 +109,6 @@ class CachingAllocator::Impl {
     return (value + multiple - 1) / multiple * multiple;
   }
   static constexpr int pool_index(PoolKind pool) { return static_cast<int>(pool); }
-  static std::string format_bytes(std::size_t bytes);   // caching_allocator.cpp
-  static std::string format_pointer(DevicePtr ptr);
 
   // ---- events (inline: every operation sends one)
 

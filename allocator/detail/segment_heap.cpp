@@ -35,7 +35,7 @@ Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind pool, st
   ensure_within_cap(bytes);
   DevicePtr base = 0;
   throw_if_error(backend_.allocate_segment(bytes, heaps.stream, &base),
-                 "allocating a " + format_bytes(bytes) + " segment");
+                 "allocating a " + format_bytes_exact(bytes) + " segment");
   reserved_bytes_ += bytes;
   emit(EventKind::kSegmentCreate, pool, heaps.stream, base, bytes);
   return add_range(heaps, pool, base, bytes, /*is_span=*/false);
@@ -43,9 +43,9 @@ Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind pool, st
 
 void CachingAllocator::Impl::ensure_within_cap(std::size_t more) const {
   if (cap_ != 0 && reserved_bytes_ + more > cap_) {
-    throw OutOfMemoryError("the cap of " + format_bytes(cap_) + " would be exceeded: " +
-                           format_bytes(reserved_bytes_) + " reserved, " + format_bytes(more) +
-                           " more needed");
+    throw OutOfMemoryError("the cap of " + format_bytes_exact(cap_) +
+                           " would be exceeded: " + format_bytes_exact(reserved_bytes_) +
+                           " reserved, " + format_bytes_exact(more) + " more needed");
   }
 }
 
