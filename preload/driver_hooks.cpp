@@ -267,23 +267,7 @@ namespace vramledger::preload {
 
 void* driver_wrapper(Fn fn, int variant) {
   static void* const kWrappers[kFirstRuntimeFn][kVariants] = {
-      VL_VARIANTS(cuMemAlloc_v2, mem_alloc_w),
-      VL_VARIANTS(cuMemFree_v2, mem_free_w),
-      VL_VARIANTS(cuMemAllocPitch_v2, mem_alloc_pitch_w),
-      VL_VARIANTS(cuMemAllocManaged, mem_alloc_managed_w),
-      VL_VARIANTS_F(cuMemAllocAsync, mem_alloc_async_w, Fn::kMemAllocAsync),
-      VL_VARIANTS_F(cuMemAllocAsync_ptsz, mem_alloc_async_w, Fn::kMemAllocAsyncPtsz),
-      VL_VARIANTS_F(cuMemAllocFromPoolAsync, mem_alloc_from_pool_async_w,
-                    Fn::kMemAllocFromPoolAsync),
-      VL_VARIANTS_F(cuMemAllocFromPoolAsync_ptsz, mem_alloc_from_pool_async_w,
-                    Fn::kMemAllocFromPoolAsyncPtsz),
-      VL_VARIANTS_F(cuMemFreeAsync, mem_free_async_w, Fn::kMemFreeAsync),
-      VL_VARIANTS_F(cuMemFreeAsync_ptsz, mem_free_async_w, Fn::kMemFreeAsyncPtsz),
-      VL_VARIANTS(cuMemCreate, mem_create_w),
-      VL_VARIANTS(cuMemRelease, mem_release_w),
-      VL_VARIANTS(cuDevicePrimaryCtxReset_v2, primary_ctx_reset_w),
-      VL_VARIANTS(cuGetProcAddress, get_proc_address_w),
-      VL_VARIANTS(cuGetProcAddress_v2, get_proc_address_v2_w),
+      VL_DRIVER_FUNCTIONS(VL_WRAPPER_ROW, VL_WRAPPER_ROW_SHARED)
   };
   return kWrappers[static_cast<int>(fn)][variant];
 }

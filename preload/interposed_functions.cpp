@@ -10,14 +10,8 @@ namespace vramledger::preload {
 namespace {
 
 constexpr const char* kExportedNames[kFnCount] = {
-    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemAllocPitch_v2", "cuMemAllocManaged",
-    "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
-    "cuMemAllocFromPoolAsync_ptsz", "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cuMemCreate",
-    "cuMemRelease", "cuDevicePrimaryCtxReset_v2", "cuGetProcAddress", "cuGetProcAddress_v2",
-    "cudaMalloc", "cudaFree", "cudaMallocPitch", "cudaMallocManaged", "cudaMallocAsync",
-    "cudaMallocFromPoolAsync", "cudaFreeAsync", "cudaDeviceReset", "cudaGetDriverEntryPoint",
-    "cudaGetDriverEntryPointByVersion", "cudaMallocAsync_ptsz", "cudaMallocFromPoolAsync_ptsz",
-    "cudaFreeAsync_ptsz"};
+    VL_DRIVER_FUNCTIONS(VL_FN_EXPORTED_NAME, VL_FN_EXPORTED_NAME)
+    VL_RUNTIME_FUNCTIONS(VL_FN_EXPORTED_NAME, VL_FN_EXPORTED_NAME)};
 
 static_assert(kExportedNames[kFnCount - 1] != nullptr, "a name for every Fn");
 

@@ -10,46 +10,21 @@
 
 #include <cstdint>
 
+#include "preload/wrapper_variants.hpp"
+
 namespace vramledger::preload {
 
+// One id per interposed function, in the order of the list in wrapper_variants.hpp.
 enum class Fn : int {
-  // driver
-  kMemAlloc,  // cuMemAlloc_v2
-  kMemFree,   // cuMemFree_v2
-  kMemAllocPitch,
-  kMemAllocManaged,
-  kMemAllocAsync,
-  kMemAllocAsyncPtsz,
-  kMemAllocFromPoolAsync,
-  kMemAllocFromPoolAsyncPtsz,
-  kMemFreeAsync,
-  kMemFreeAsyncPtsz,
-  kMemCreate,
-  kMemRelease,
-  kDevicePrimaryCtxReset,  // cuDevicePrimaryCtxReset_v2: frees the routed cache's memory
-  kGetProcAddress,    // CUDA 11.3 ABI (4 arguments)
-  kGetProcAddressV2,  // CUDA 12 ABI (5 arguments)
-  // runtime
-  kCudaMalloc,
-  kCudaFree,
-  kCudaMallocPitch,
-  kCudaMallocManaged,
-  kCudaMallocAsync,
-  kCudaMallocFromPoolAsync,
-  kCudaFreeAsync,
-  kCudaDeviceReset,
-  kCudaGetDriverEntryPoint,
-  kCudaGetDriverEntryPointByVersion,
-  kCudaMallocAsyncPtsz,  // the per-thread-default-stream twins (same arguments)
-  kCudaMallocFromPoolAsyncPtsz,
-  kCudaFreeAsyncPtsz,
+  VL_DRIVER_FUNCTIONS(VL_FN_ID, VL_FN_ID)
+  VL_RUNTIME_FUNCTIONS(VL_FN_ID, VL_FN_ID)
   kCount,
   kNone = -1
 };
 
 inline constexpr int kFnCount = static_cast<int>(Fn::kCount);
 inline constexpr int kVariants = 4;
-inline constexpr int kFirstRuntimeFn = static_cast<int>(Fn::kCudaMalloc);
+inline constexpr int kFirstRuntimeFn = 0 VL_DRIVER_FUNCTIONS(VL_FN_COUNT, VL_FN_COUNT);
 
 // The exported symbol name of each function ("cuMemAlloc_v2", "cudaMalloc", ...).
 const char* exported_name(Fn fn);

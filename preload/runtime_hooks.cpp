@@ -269,21 +269,7 @@ namespace vramledger::preload {
 
 void* runtime_wrapper(Fn fn, int variant) {
   static void* const kWrappers[kFnCount - kFirstRuntimeFn][kVariants] = {
-      VL_VARIANTS(cudaMalloc, cuda_malloc_w),
-      VL_VARIANTS(cudaFree, cuda_free_w),
-      VL_VARIANTS(cudaMallocPitch, cuda_malloc_pitch_w),
-      VL_VARIANTS(cudaMallocManaged, cuda_malloc_managed_w),
-      VL_VARIANTS_F(cudaMallocAsync, cuda_malloc_async_w, Fn::kCudaMallocAsync),
-      VL_VARIANTS_F(cudaMallocFromPoolAsync, cuda_malloc_from_pool_async_w,
-                    Fn::kCudaMallocFromPoolAsync),
-      VL_VARIANTS_F(cudaFreeAsync, cuda_free_async_w, Fn::kCudaFreeAsync),
-      VL_VARIANTS(cudaDeviceReset, cuda_device_reset_w),
-      VL_VARIANTS(cudaGetDriverEntryPoint, get_driver_entry_point_w),
-      VL_VARIANTS(cudaGetDriverEntryPointByVersion, get_driver_entry_point_by_version_w),
-      VL_VARIANTS_F(cudaMallocAsync_ptsz, cuda_malloc_async_w, Fn::kCudaMallocAsyncPtsz),
-      VL_VARIANTS_F(cudaMallocFromPoolAsync_ptsz, cuda_malloc_from_pool_async_w,
-                    Fn::kCudaMallocFromPoolAsyncPtsz),
-      VL_VARIANTS_F(cudaFreeAsync_ptsz, cuda_free_async_w, Fn::kCudaFreeAsyncPtsz),
+      VL_RUNTIME_FUNCTIONS(VL_WRAPPER_ROW, VL_WRAPPER_ROW_SHARED)
   };
   return kWrappers[static_cast<int>(fn) - kFirstRuntimeFn][variant];
 }
