@@ -11,8 +11,9 @@
 # PYTHON (default .venv/bin/python, where scripts/setup.sh put torch) is the interpreter whose
 # torch the wheel is built against, with pip's build isolation on (build requirements come from
 # PyPI) unless --no-build-isolation is given (then PYTHON needs meson-python, meson and ninja,
-# as on a machine without network access). The wheel lands in build-wheel/dist/; the fresh
-# environment is build-wheel/venv/. Used by CI (.ci/run).
+# as on a machine without network access). The wheel lands in build-wheel/dist/ (meson's folder:
+# build-wheel/build/, log: build-wheel/build.log); the fresh environment is build-wheel/venv/.
+# Used by CI (.ci/run).
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,17 +27,17 @@ for arg in "$@"; do
   esac
 done
 out=build-wheel
-rm -rf "$out"
+rm -rf "$out/dist" "$out/venv"  # build-wheel/build, meson's folder, is kept: rebuilds are incremental
 mkdir -p "$out"
 start=$(date +%s)
 
 fail() { echo "check_wheel: FAILED: $*" >&2; exit 1; }
 
-echo "check_wheel: building the wheel against the torch of $python (pip wheel ${isolation[*]} .)"
+echo "check_wheel: building the wheel against the torch of $python (pip wheel${isolation[*]:+ ${isolation[*]}} .)"
 # --no-deps: the wheel depends on torch, which is already installed (without its CUDA
 # dependencies on a CPU machine); the compile uses every core.
 "$python" -m pip wheel --disable-pip-version-check --no-deps "${isolation[@]}" \
-  -Ccompile-args=-j"$(nproc)" -w "$out/dist" . >"$out/build.log" 2>&1 ||
+  -Cbuild-dir="$out/build" -Ccompile-args=-j"$(nproc)" -w "$out/dist" . >"$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; fail "the wheel did not build (log: $out/build.log)"; }
 wheel=$(ls "$out"/dist/vramledger-*.whl)
 echo "check_wheel: built $wheel in $(( $(date +%s) - start )) s; it carries:"
