@@ -41,7 +41,8 @@ CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer
   }
 }
 
-DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag) {
+DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
+                                           std::size_t block_bytes) {
   if (bytes == 0) {
     throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
   }
@@ -50,7 +51,9 @@ DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle strea
                 "request of " + format_bytes_exact(bytes) + " exceeds the largest supported size " +
                     format_bytes_exact(kMaxRequestBytes));
   }
-  const std::size_t size = round_up(bytes, options_.round_bytes);
+  const std::size_t size =
+      round_up(block_bytes > bytes && block_bytes <= kMaxRequestBytes ? block_bytes : bytes,
+               options_.round_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
 
   std::lock_guard lock(mutex_);
@@ -214,8 +217,9 @@ CachingAllocator::CachingAllocator(DeviceBackend& backend, AllocatorObserver* ob
     : impl_(std::make_unique<Impl>(backend, observer, options)) {}
 CachingAllocator::~CachingAllocator() = default;
 
-DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag) {
-  return impl_->allocate(bytes, stream, tag);
+DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
+                                     std::size_t block_bytes) {
+  return impl_->allocate(bytes, stream, tag, block_bytes);
 }
 DevicePtr CachingAllocator::allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream,
                                         TagId tag) {

@@ -91,7 +91,11 @@ class CachingAllocator {
   // Throws Error(kInvalidArgument) for size 0 or sizes that overflow rounding,
   // OutOfMemoryError (with the observer's account) when neither the cache nor the device nor
   // the cap allows it, Error(kInvalidStream / kDriverError) for backend failures.
-  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag = kUntagged);
+  // block_bytes: a larger block to hand out for these `bytes` (an integration applying its own
+  // rounding, e.g. torch's roundup_power2_divisions); requested stays `bytes`, allocated is the
+  // block. 0: the policy's own rounding only.
+  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag = kUntagged,
+                     std::size_t block_bytes = 0);
   // Allocates `bytes` at exactly `address`, which must lie with the whole rounded size in one
   // free block of `stream`'s heap for that size (e.g. restoring a checkpointed private pool).
   // Never asks the device for new ranges. Throws Error(kInvalidArgument) naming what holds the

@@ -283,6 +283,37 @@ LedgerCounters DeviceAllocators::counters() const {
   return ledger_.counters();
 }
 
+DevicePtr DeviceAllocators::allocate_uncached(std::size_t bytes, cudaStream_t stream) {
+  DeviceBackend* segments = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pools_mutex_);
+    const bool plain_segments =
+        backend_->info().name == "cuda_malloc" || backend_->info().name == "simulated";
+    if (!pool_segment_backend_ && !plain_segments) {
+      pool_segment_backend_ = make_cuda_backend("cuda_malloc", device_);
+    }
+    segments = pool_segment_backend_ ? pool_segment_backend_.get() : backend_.get();
+  }
+  DevicePtr ptr = 0;
+  const Status status =
+      segments->allocate_segment(bytes, reinterpret_cast<StreamHandle>(stream), &ptr);
+  if (status.code() == ErrorCode::kOutOfMemory) throw OutOfMemoryError(status.message());
+  if (!status.is_ok()) throw Error(status.code(), status.message());
+  uncached_bytes_.fetch_add(static_cast<std::int64_t>(bytes));
+  return ptr;
+}
+
+void DeviceAllocators::free_uncached(DevicePtr ptr, std::size_t bytes, cudaStream_t stream) {
+  DeviceBackend* segments = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pools_mutex_);
+    segments = pool_segment_backend_ ? pool_segment_backend_.get() : backend_.get();
+  }
+  const Status status = segments->free_segment(ptr, bytes, reinterpret_cast<StreamHandle>(stream));
+  if (!status.is_ok()) throw Error(status.code(), status.message());
+  uncached_bytes_.fetch_sub(static_cast<std::int64_t>(bytes));
+}
+
 void DeviceAllocators::record_refused_request(std::size_t bytes, cudaStream_t stream) {
   AllocatorEvent event{EventKind::kOutOfMemory};
   event.size = bytes;

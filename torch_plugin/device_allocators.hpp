@@ -108,6 +108,12 @@ class DeviceAllocators {
   // A request refused before it reached a pool's policy (larger than the device): counted as an
   // out-of-memory event in the ledger (num_ooms), as torch counts it.
   void record_refused_request(std::size_t bytes, cudaStream_t stream);
+  // torch.cuda.caching_allocator_enable(False): memory straight from cudaMalloc, returned with
+  // cudaFree, outside the cache and torch's statistics (as torch does), counted apart
+  // (uncached_bytes) so the process report still places every byte.
+  DevicePtr allocate_uncached(std::size_t bytes, cudaStream_t stream);
+  void free_uncached(DevicePtr ptr, std::size_t bytes, cudaStream_t stream);
+  std::int64_t uncached_bytes() const { return uncached_bytes_.load(); }
   // Reserved bytes per private pool (torch 2.13's reserved_bytes_by_private_pools).
   std::vector<std::pair<c10::MempoolId_t, PrivatePoolStats::PerKind>> private_pool_reserved() const;
   // The ledger as the process classification reads it (aggregate counters and the sticky
@@ -154,6 +160,7 @@ class DeviceAllocators {
   std::vector<void*> deferred_frees_;
   std::set<c10::MempoolId_t> no_split_pools_;  // said before the pool existed
   std::size_t cap_bytes_ = 0;
+  std::atomic<std::int64_t> uncached_bytes_{0};
 };
 
 }  // namespace vramledger::torch_plugin

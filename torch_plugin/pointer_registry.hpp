@@ -18,7 +18,7 @@ namespace vramledger::torch_plugin {
 class MemoryPool;
 
 struct LiveAllocation {
-  MemoryPool* pool = nullptr;
+  MemoryPool* pool = nullptr;  // null: made while caching was disabled (cudaMalloc directly)
   int device = 0;
   std::size_t requested = 0;
   std::uintptr_t stream = 0;           // the stream it was allocated on (cudaStream_t)

@@ -147,6 +147,12 @@ ProcessReport gather_process_report(int device, DeviceAllocators* state,
   report.non_torch_source = std::move(non_torch_source);
   std::vector<DeviceLedgerView> views;
   if (state != nullptr) views.push_back(state->ledger_view());
+  // Memory torch asked for while caching was disabled is outside the ledger; the shim counts it
+  // as vramledger's own calls, which it leaves to the ledger: so it gets its own line here.
+  NonTorchTracked lines = non_torch;
+  if (state != nullptr && lines.hooked && state->uncached_bytes() != 0) {
+    lines.bytes_by_library["torch, caching disabled (cudaMalloc)"] += state->uncached_bytes();
+  }
   // Ledger first, process figure after: memory freed in between shows as a smaller remainder,
   // memory allocated in between as a larger one; both are stated as sampling skew, not hidden.
   ProcessMemory memory;
@@ -156,7 +162,7 @@ ProcessReport gather_process_report(int device, DeviceAllocators* state,
   } else {
     memory = sample_process_memory(device, state, &report.process_memory_source, &report.notes);
   }
-  report.classification = classify_process(views, non_torch, memory);
+  report.classification = classify_process(views, lines, memory);
   return report;
 }
 

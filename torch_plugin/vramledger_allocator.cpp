@@ -18,6 +18,7 @@
 #include "torch_plugin/pool_checkpoint.hpp"
 #include "torch_plugin/routed_cache_release.hpp"
 #include "torch_plugin/snapshot_segments.hpp"
+#include "torch_plugin/torch_settings.hpp"
 
 namespace vramledger::torch_plugin {
 
@@ -157,6 +158,7 @@ void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
                                   cudaStream_t stream) {
   if (bytes == 0) return nullptr;
   DeviceAllocators& state = device_state(device);
+  if (!enabled_.load(std::memory_order_relaxed)) return malloc_uncached(state, bytes, stream);
   state.history().gather_context_for_alloc();
   const RelaxedCaptureMode relaxed(!state.is_simulated());
   MemoryPool& pool = state.acquire_pool_for(stream);
@@ -168,6 +170,23 @@ void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
   if (c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, static_cast<std::int64_t>(bytes), device);
   }
+  return ptr;
+}
+
+void* VramledgerAllocator::malloc_uncached(DeviceAllocators& state, std::size_t bytes,
+                                           cudaStream_t stream) {
+  DevicePtr address = 0;
+  try {
+    address = state.allocate_uncached(bytes, stream);
+  } catch (const OutOfMemoryError& error) {
+    raise_out_of_memory(state, state.default_pool(), bytes, stream,
+                        std::string("caching disabled, cudaMalloc failed: ") + error.what());
+  } catch (const std::exception& error) {
+    raise(error, "allocation failed (caching disabled)");
+  }
+  void* ptr = reinterpret_cast<void*>(address);
+  registry_.insert(ptr, LiveAllocation{nullptr, state.device(), bytes,
+                                       reinterpret_cast<std::uintptr_t>(stream), false});
   return ptr;
 }
 
@@ -183,9 +202,10 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
   }
   const auto stream_handle = reinterpret_cast<StreamHandle>(stream);
   const TagId tag = current_tag();
+  const std::size_t block = torch_power2_division_block(bytes);  // torch's rounding setting
   std::string failure;
   try {
-    return pool.policy().allocate(bytes, stream_handle, tag);
+    return pool.policy().allocate(bytes, stream_handle, tag, block);
   } catch (const OutOfMemoryError& error) {
     failure = error.what();
   } catch (const Error& error) {
@@ -202,7 +222,7 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
   if (!pool.is_private() && !any_capture_underway() && state.has_retired_pools()) {
     state.empty_cache({0, 0});
     try {
-      return pool.policy().allocate(bytes, stream_handle, tag);
+      return pool.policy().allocate(bytes, stream_handle, tag, block);
     } catch (const OutOfMemoryError& error) {
       failure = error.what();
     } catch (const Error& error) {
@@ -212,7 +232,7 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
   // Other libraries' idle memory in the preload shim's routed cache (routing mode only).
   if (!pool.is_private() && release_routed_cache_idle() > 0) {
     try {
-      return pool.policy().allocate(bytes, stream_handle, tag);
+      return pool.policy().allocate(bytes, stream_handle, tag, block);
     } catch (const OutOfMemoryError& error) {
       failure = error.what();
     } catch (const Error& error) {
@@ -226,7 +246,7 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
     for (MemoryPool* volunteer : volunteers) {
       if (!result) {
         try {
-          result = volunteer->policy().allocate(bytes, stream_handle, tag);
+          result = volunteer->policy().allocate(bytes, stream_handle, tag, block);
           *owner = volunteer;
           continue;  // keep its acquisition: the block belongs to it now
         } catch (const Error&) {
@@ -288,6 +308,18 @@ void VramledgerAllocator::free_block(void* ptr) {
   TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr,
               " (not allocated by vramledger, or already freed)");
   DeviceAllocators& state = *device_if_created(found->device);
+  if (found->pool == nullptr) {  // made while caching was disabled
+    std::optional<LiveAllocation> taken = registry_.take(ptr);
+    TORCH_CHECK(taken.has_value(), "vramledger: device pointer ", ptr, " freed twice");
+    try {
+      state.free_uncached(reinterpret_cast<DevicePtr>(ptr), taken->requested,
+                          reinterpret_cast<cudaStream_t>(taken->stream));
+    } catch (const std::exception& error) {
+      registry_.insert(ptr, *taken);
+      raise(error, "free failed");
+    }
+    return;
+  }
   if (any_capture_underway() && must_wait_for_capture(*found, !state.is_simulated())) {
     // An event recorded in a capturing stream may not be queried until the capture ends, and a
     // free records events: on the streams that used a block (record_stream), and on the block's
@@ -360,7 +392,7 @@ void VramledgerAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAS
   // Like torch: memory that is not ours (or empty) is simply not tracked.
   if (ptr.get() == nullptr || ptr.get_deleter() != &delete_block) return;
   std::optional<LiveAllocation> found = registry_.find(ptr.get());
-  if (!found) return;
+  if (!found || found->pool == nullptr) return;  // uncached memory: cudaFree synchronises
   registry_.mark_used_on_other_streams(ptr.get());
   try {
     found->pool->policy().record_stream(reinterpret_cast<DevicePtr>(ptr.get()),
@@ -375,6 +407,16 @@ void VramledgerAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAS
 bool VramledgerAllocator::initialized() { return initialized_.load(); }
 
 void VramledgerAllocator::init(int device_count) {
+  // torch's per_process_memory_fraction setting, read (and validated, with torch's message) at
+  // initialisation as torch's allocator does; devices created later start from it.
+  const double fraction = torch_configured_memory_fraction();
+  {
+    std::lock_guard<std::mutex> lock(devices_mutex_);
+    if (fraction < 1.0) memory_fractions_.fill(fraction);
+  }
+  if (fraction < 1.0) {
+    for (DeviceAllocators* state : created_devices()) setMemoryFraction(fraction, state->device());
+  }
   device_count_.store(device_count);
   initialized_.store(true);
 }
@@ -480,6 +522,10 @@ void VramledgerAllocator::cacheInfo(c10::DeviceIndex device, std::size_t* larges
 void* VramledgerAllocator::getBaseAllocation(void* ptr, std::size_t* size) {
   std::optional<LiveAllocation> found = registry_.find(ptr);
   TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr);
+  if (found->pool == nullptr) {  // uncached: its own cudaMalloc segment
+    if (size != nullptr) *size = found->requested;
+    return ptr;
+  }
   try {
     const AllocationInfo info = found->pool->policy().describe(reinterpret_cast<DevicePtr>(ptr));
     if (size != nullptr) *size = info.segment_size;

@@ -129,6 +129,7 @@ class VramledgerAllocator final : public VersionedAllocator {
  private:
   VramledgerAllocator(Config config, std::string config_text);
 
+  void* malloc_uncached(DeviceAllocators& state, std::size_t bytes, cudaStream_t stream);
   DevicePtr allocate_in(DeviceAllocators& device, MemoryPool& pool, std::size_t bytes,
                         cudaStream_t stream, MemoryPool** owner);
   [[noreturn]] void raise_out_of_memory(DeviceAllocators& device, MemoryPool& pool,

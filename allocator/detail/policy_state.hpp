@@ -80,7 +80,7 @@ class CachingAllocator::Impl {
   // ---- public operations (the facade forwards to these; each takes the lock)
 
   // caching_allocator.cpp
-  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag);
+  DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag, std::size_t block_bytes);
   DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag);
   void set_cap(std::size_t cap);
   void set_no_split(bool no_split);

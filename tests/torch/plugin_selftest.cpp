@@ -7,6 +7,7 @@
 // current device or stream (allocate, raw_alloc) are exercised on the GPU by tests/torch/*.py.
 #include <gtest/gtest.h>
 
+#include <c10/cuda/CUDAAllocatorConfig.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -20,6 +21,7 @@
 
 #include "torch_plugin/install.hpp"
 #include "torch_plugin/torch_compat.hpp"
+#include "torch_plugin/torch_settings.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 #include "torch_plugin/vramledger_c_api.h"
 
@@ -260,6 +262,42 @@ TEST(TorchPlugin, BuiltForTheTorchThatIsLoaded) {
   EXPECT_NO_THROW(check_loaded_torch_matches_build());
   EXPECT_GE(compat::kBuiltTorchMinor, compat::kTorchMinorMin);
   EXPECT_LE(compat::kBuiltTorchMinor, compat::kTorchMinorMax);
+}
+
+TEST(TorchPlugin, HonoursTorchsRoundupPower2Divisions) {
+  constexpr std::size_t kBytes = 84 * kMiB;  // between 64 and 128 MiB
+  EXPECT_EQ(torch_power2_division_block(kBytes), 0u) << "no setting: vramledger's own rounding";
+  c10::CachingAllocator::setAllocatorSettings("roundup_power2_divisions:4");
+  EXPECT_EQ(torch_power2_division_block(kBytes), 96 * kMiB);  // 64 + 16 + 16
+  EXPECT_EQ(torch_power2_division_block(64 * kMiB), 0u) << "a power of two stays itself";
+  const auto allocated = stats().allocated_bytes[kAll].allocated;
+  const auto requested = stats().requested_bytes[kAll].allocated;
+  void* p = alloc(kBytes);
+  EXPECT_EQ(stats().allocated_bytes[kAll].allocated - allocated, static_cast<std::int64_t>(96 * kMiB));
+  EXPECT_EQ(stats().requested_bytes[kAll].allocated - requested, static_cast<std::int64_t>(kBytes));
+  plugin().free_block(p);
+  c10::CachingAllocator::setAllocatorSettings("roundup_power2_divisions:[64:8,128:2,>:1]");
+  EXPECT_EQ(torch_power2_division_block(kBytes), 88 * kMiB);  // 8 divisions between 64 and 128
+  c10::CachingAllocator::setAllocatorSettings("garbage_collection_threshold:0.5");
+  EXPECT_EQ(torch_power2_division_block(kBytes), 0u) << "a new setting string resets it";
+}
+
+TEST(TorchPlugin, CachingDisabledBypassesTheCacheAndTheStatistics) {
+  const auto requested = stats().requested_bytes[kAll].allocated;
+  plugin().enable(false);
+  void* p = alloc(kMiB);
+  EXPECT_EQ(stats().requested_bytes[kAll].allocated, requested) << "torch: not in the stats";
+  EXPECT_EQ(plugin().device_state(0).uncached_bytes(), static_cast<std::int64_t>(kMiB));
+  std::size_t size = 0;
+  EXPECT_EQ(plugin().getBaseAllocation(p, &size), p);
+  EXPECT_EQ(size, kMiB);
+  plugin().enable(true);
+  plugin().free_block(p);  // freed after re-enabling: still returned to cudaMalloc's side
+  EXPECT_EQ(plugin().device_state(0).uncached_bytes(), 0);
+  EXPECT_THROW(plugin().free_block(p), c10::Error) << "double free";
+  void* q = alloc(kMiB);
+  EXPECT_EQ(stats().requested_bytes[kAll].allocated, requested + static_cast<std::int64_t>(kMiB));
+  plugin().free_block(q);
 }
 
 TEST(TorchPlugin, ResetPeakAndAccumulated) {
