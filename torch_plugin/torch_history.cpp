@@ -39,7 +39,8 @@ void TorchHistory::configure(HistorySettings settings, bool clear_history) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (settings.max_entries == 0) settings.max_entries = 1;
   settings_ = std::move(settings);
-  if (clear_history) {
+  // Like torch: turning recording off drops what was recorded.
+  if (clear_history || !settings_.enabled) {
     entries_.clear();
     annotations_.clear();
   }
@@ -128,8 +129,9 @@ void TorchHistory::append(Action action, std::size_t addr, std::size_t size, voi
                           c10::MempoolId_t pool_id,
                           std::shared_ptr<c10::GatheredContext> context,
                           const std::string* user_metadata) {
+  // torch's value outside any torch.compile region.
   const std::string compile_context =
-      compile_contexts.empty() ? std::string() : compile_contexts.back();
+      compile_contexts.empty() ? std::string("N/A") : compile_contexts.back();
   c10_alloc::TraceEntry entry(action, device_, addr, size, stream, pool_id,
                               c10::getApproximateTime(), std::move(context), compile_context,
                               user_metadata != nullptr ? *user_metadata : user_metadata_);

@@ -544,7 +544,6 @@ c10_alloc::SnapshotInfo VramledgerAllocator::snapshot(c10::MempoolId_t mempool_i
   if (device_count <= 0) device_count = c10::cuda::device_count();
   result.device_traces.resize(static_cast<std::size_t>(std::max(device_count, 0)));
   for (DeviceAllocators* state : created_devices()) {
-    state->history().record_snapshot_marker();
     state->for_each_pool(mempool_id, [&](MemoryPool& pool) {
       append_snapshot_segments(pool.policy().segments(), state->device(), pool.id(),
                                state->history(), result.segments);
@@ -557,6 +556,9 @@ c10_alloc::SnapshotInfo VramledgerAllocator::snapshot(c10::MempoolId_t mempool_i
         result.external_annotations.push_back(std::move(annotation));
       }
     }
+    // After the copy, as torch does: a snapshot's trace ends with the last allocator event, and
+    // the marker correlates it with the next snapshot.
+    state->history().record_snapshot_marker();
   }
   std::sort(result.segments.begin(), result.segments.end(),
             [](const auto& a, const auto& b) { return a.address < b.address; });

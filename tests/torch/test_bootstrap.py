@@ -83,6 +83,33 @@ def test_programs_without_torch_are_untouched(tmp_path):
     assert _mark(tmp_path) == []
 
 
+def test_a_backend_the_program_chose_is_kept(tmp_path):
+    # torch's own test_allocator_backend: a program that sets backend:cudaMallocAsync before
+    # importing torch gets torch's cudaMallocAsync allocator, with one line saying so.
+    fake = _fake_packages(tmp_path)
+    result = _run("""
+        import os
+        os.environ["PYTORCH_ALLOC_CONF"] = "max_split_size_mb:20,backend:cudaMallocAsync"
+        import torch
+    """, tmp_path, fake)
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path) == ["torch imported"]
+    assert "selects backend:cudaMallocAsync" in result.stderr
+    # backend:native is torch's default allocator, which vramledger replaces as usual ...
+    fake = _fake_packages(tmp_path / "native")
+    result = _run("import torch", tmp_path / "native", fake,
+                  PYTORCH_CUDA_ALLOC_CONF="backend:native")
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path / "native") == ["torch imported", "installed []"]
+    # ... and the override installs vramledger whatever the program chose.
+    fake = _fake_packages(tmp_path / "override")
+    result = _run("import torch", tmp_path / "override", fake,
+                  PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync",
+                  VRAMLEDGER_OVERRIDE_BACKEND="1")
+    assert result.returncode == 0, result.stderr
+    assert _mark(tmp_path / "override") == ["torch imported", "installed []"]
+
+
 def test_hook_is_inert_without_autoinstall(tmp_path):
     fake = _fake_packages(tmp_path)
     result = _run("import torch", tmp_path, fake, VRAMLEDGER_AUTOINSTALL="0")

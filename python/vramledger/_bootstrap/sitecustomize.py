@@ -54,9 +54,31 @@ def _write_process_report():
     _write("VRAMLEDGER_PROCESS_REPORT", text)
 
 
+def _backend_the_program_chose():
+    """The allocator backend the program itself asked torch for, if any: torch reads
+    PYTORCH_ALLOC_CONF (2.9+) or PYTORCH_CUDA_ALLOC_CONF when `import torch` runs, so a program
+    that sets `backend:cudaMallocAsync` there before importing torch has chosen torch's
+    cudaMallocAsync allocator. `backend:native` is torch's default, which vramledger replaces."""
+    for variable in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        for item in os.environ.get(variable, "").split(","):
+            key, _, value = item.partition(":")
+            if key.strip() == "backend" and value.strip() not in ("", "native"):
+                return variable, value.strip()
+    return None
+
+
 def _install_vramledger():
     import vramledger
 
+    chosen = _backend_the_program_chose()
+    if chosen is not None and os.environ.get("VRAMLEDGER_OVERRIDE_BACKEND") != "1":
+        # An explicit choice of another allocator in the program's own environment wins over
+        # the launcher's default; say so, once, rather than silently replacing it.
+        sys.stderr.write(
+            f"vramledger: {chosen[0]} selects backend:{chosen[1]}; leaving torch's allocator in "
+            "place for this process (VRAMLEDGER_OVERRIDE_BACKEND=1 installs vramledger anyway)\n"
+        )
+        return
     vramledger.install(os.environ.get("VRAMLEDGER_CONF", ""))
     import atexit
 
