@@ -124,6 +124,55 @@ WorkloadTrace load_workload(const Options& options) {
   return parse_workload_trace(in, "synthetic training loop");
 }
 
+// The ledger's account at the instant reserved memory peaked, with the consistency check made then.
+struct AccountAtPeak {
+  std::int64_t reserved = 0;
+  std::int64_t live = 0;      // allocated bytes then
+  std::size_t operation = 0;  // operations done when it was taken (0: none taken)
+  std::string report;
+  ConsistencyReport consistency;
+};
+
+// Prints the outcome of a consistency check (the ledger's counters against a recount of the
+// allocator's blocks); false when it failed.
+bool report_check(const char* when, const ConsistencyReport& consistency) {
+  if (consistency.ok()) {
+    std::printf("check %s: passed (the ledger's counters equal a recount of the allocator's "
+                "blocks)\n", when);
+    return true;
+  }
+  std::printf("check %s: FAILED\n", when);
+  std::fprintf(stderr, "vramledger-demo: %s, the ledger disagrees with the allocator:\n%s\n", when,
+               consistency.to_string().c_str());
+  return false;
+}
+
+// What the columns of the account mean (docs/stats.md defines every line).
+void print_legend() {
+  std::fputs(R"(How to read the account (docs/stats.md defines every line):
+  reserved       physical memory held from the (simulated) driver; the six lines under it add up
+                 to it exactly, in binary units (GiB = 2^30 bytes) and, on the right, in bytes
+  requested      what the live allocations asked for
+  rounding       what the allocator added to them (size classes, page and block alignment)
+  pending frees  freed by the program, still in use by another stream (record_stream)
+  cached, usable free memory that can serve the next request (or be given back by empty_cache)
+  fragmentation  free holes inside segments or spans that still hold a live block (torch's
+                 inactive_split bytes): usable only by requests that fit the hole
+  unmapped       physical pages held (VMM) but mapped at no address, ready to be mapped anywhere
+  peaks          highest values over the run; "requested" is torch's requested_bytes
+  overhead ratio peak reserved / peak requested: what the run cost over what it asked for
+                 (1.0 is perfect; PyTorch's own allocator: 1.20-1.45 on the recorded traces)
+  GMLake ratio   1 - peak active / peak reserved, the fragmentation figure of the GMLake paper
+                 (ASPLOS 2024): the share of the most memory ever held (peak reserved) beyond the
+                 most ever in use (peak active). It counts every reserved byte not in use, so at
+                 the peak it matches "cached, usable" + "fragmentation" + "unmapped" together
+                 (the "at peak reserved" figure), not the "fragmentation" line alone.
+  check          the ledger's counters (what the allocator told it) compared with a recount of
+                 the allocator's blocks (the census); "passed" means they agree exactly.
+)",
+             stdout);
+}
+
 // The device the allocator runs on, and how trace streams map onto its streams.
 // Replays the workload under one configuration; returns false when the books do not balance.
 bool run_one(const Options& options, const WorkloadTrace& workload, const std::string& conf_text) {
@@ -135,8 +184,31 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
   ReplayDevice device(options.backend, options.capacity_gib);
   Ledger ledger;
   CachingAllocator allocator(device.backend(), &ledger, config.options);
+  // The account is taken while the workload runs, at the instant reserved memory peaks (of
+  // those instants, the one with the most live memory): by the end everything is freed and
+  // every line but the cache reads 0 B.
+  AccountAtPeak at_peak;
+  std::size_t operations_done = 0;
   const ReplayResult result = replay_workload(
-      workload, allocator, ledger, [&](std::uint32_t index) { return device.stream(index); });
+      workload, allocator, ledger, [&](std::uint32_t index) { return device.stream(index); },
+      [&] {
+        ++operations_done;
+        const LedgerCounters counters = ledger.counters();
+        const PoolCounters& all = counters.pools[stat_pool_index(StatPool::kAggregate)];
+        const std::int64_t reserved = all.reserved_bytes.current;
+        const std::int64_t live = all.allocated_bytes.current;
+        // A new peak, or the same peak holding more live memory (reserved often peaks on the
+        // segment created for the allocation that follows).
+        if (reserved < at_peak.reserved || (reserved == at_peak.reserved && live <= at_peak.live)) {
+          return;
+        }
+        const BlockCensus census = allocator.census();
+        at_peak.reserved = reserved;
+        at_peak.live = live;
+        at_peak.operation = operations_done;
+        at_peak.report = text_report(ledger, census);
+        at_peak.consistency = check_consistency(ledger, census);
+      });
   allocator.process_completed_frees();
 
   std::printf("=== %s, conf \"%s\"\n", describe_policy(config, device.backend()).c_str(),
@@ -144,7 +216,7 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
   std::printf("operations %zu, allocations %zu, refused (out of memory) %zu, replay %.3f s\n",
               result.operations, result.allocations, result.out_of_memory, result.seconds);
   std::printf("peak requested %s, peak reserved %s: overhead ratio %.4f, "
-              "fragmentation (1 - peak active / peak reserved) %.4f\n",
+              "GMLake fragmentation ratio (1 - peak active / peak reserved) %.4f\n",
               format_bytes(result.peak_requested_bytes).c_str(),
               format_bytes(result.peak_reserved_bytes).c_str(), result.overhead_ratio,
               result.gmlake_ratio);
@@ -153,15 +225,27 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
               static_cast<unsigned long long>(result.device_frees),
               static_cast<unsigned long long>(result.maps),
               static_cast<unsigned long long>(result.unmaps));
-  const BlockCensus census = allocator.census();
-  std::printf("%s\n", text_report(ledger, census).c_str());
-  const ConsistencyReport consistency = check_consistency(ledger, census);
-  if (!consistency.ok()) {
-    std::fprintf(stderr, "vramledger-demo: the ledger disagrees with the allocator:\n%s\n",
-                 consistency.to_string().c_str());
-    return false;
+  bool balanced = true;
+  if (at_peak.operation == 0) {
+    std::printf("(no memory was reserved: no account at peak)\n\n");
+  } else {
+    std::printf("--- the account at peak reserved memory (after operation %zu of %zu)\n%s\n",
+                at_peak.operation, result.operations, at_peak.report.c_str());
+    balanced = report_check("at peak", at_peak.consistency) && balanced;
   }
-  return true;
+  // The end of the run: every allocation freed, the cache kept.
+  const BlockCensus census = allocator.census();
+  const LedgerCounters counters = ledger.counters();
+  const MemoryBreakdown end =
+      compute_breakdown(counters.pools[stat_pool_index(StatPool::kAggregate)]);
+  std::printf("--- at the end of the run (every allocation freed, the cache kept): reserved %s, of "
+              "which cached and usable %s, unmapped physical pages %s, still allocated %s\n",
+              format_bytes(end.reserved).c_str(), format_bytes(end.cached_usable).c_str(),
+              format_bytes(end.unmapped_physical).c_str(),
+              format_bytes(end.requested + end.rounding + end.pending_frees).c_str());
+  balanced = report_check("at the end", check_consistency(ledger, census)) && balanced;
+  std::printf("\n");
+  return balanced;
 }
 
 }  // namespace
@@ -181,6 +265,7 @@ int main(int argc, char** argv) {
     for (const std::string& conf : options.confs) {
       balanced = vramledger::run_one(options, workload, conf) && balanced;
     }
+    vramledger::print_legend();
     return balanced ? 0 : 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "vramledger-demo: %s\n", error.what());
