@@ -84,6 +84,14 @@ Options parse_arguments(int argc, char** argv) {
     if (i + 1 >= argc) usage_error(std::string(flag) + ": unknown option or missing value");
     const std::string value = argv[++i];
     if (flag == "--backend") {
+      if (value != "simulated" && value != "cuda_malloc" && value != "vmm" &&
+          value != "malloc_async") {
+        std::string message =
+            "--backend: expected simulated, cuda_malloc, vmm or malloc_async, got '";
+        message += value;
+        message += '\'';
+        usage_error(message);
+      }
       options.backend = value;
     } else if (flag == "--conf") {
       options.confs.push_back(value);

@@ -6,6 +6,7 @@
 //   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -51,7 +52,8 @@ double metadata_number(const WorkloadTrace& trace, const std::string& key) {
   auto it = trace.metadata.find(key);
   if (it == trace.metadata.end()) return 0;
   try {
-    return std::stod(it->second);
+    const double value = std::stod(it->second);
+    return std::isfinite(value) && value > 0 ? value : 0;  // "nan", "inf": not a figure
   } catch (const std::exception&) {
     return 0;
   }

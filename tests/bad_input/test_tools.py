@@ -184,6 +184,11 @@ class DemoTest(ToolTest):
             with self.subTest(value=value):
                 self.expect_error([DEMO, "--capacity-gib", value], "--capacity-gib", 2)
 
+    def test_unknown_backend(self):
+        self.expect_error([DEMO, "--backend", "tpu"],
+                          "--backend: expected simulated, cuda_malloc, vmm or malloc_async, "
+                          "got 'tpu'", 2)
+
     def test_write_trace_to_a_missing_folder(self):
         self.expect_error([DEMO, "--steps", "1", "--conf", "", "--write-trace",
                            self.dir / "no" / "t.vlt"], "cannot write: No such file or directory", 2)
