@@ -12,6 +12,7 @@
 #include "allocator/cuda/cuda_backend_factory.hpp"
 #include "allocator/errors.hpp"
 #include "allocator/simulated/simulated_device.hpp"
+#include "torch_plugin/capped_backend.hpp"
 
 namespace vramledger::torch_plugin {
 
@@ -65,7 +66,8 @@ DeviceAllocators::DeviceAllocators(c10::DeviceIndex device, const Config& config
       gate_(ledger_, history_) {
   paged_ = config_.options.use_paged_heap && backend_->info().supports_virtual_memory;
   cap_bytes_ = config_.options.cap_bytes;
-  default_pool_ = std::make_unique<MemoryPool>(*backend_, gate_, config_.options);
+  capped_backend_ = std::make_unique<CappedBackend>(*backend_, reservation_);
+  default_pool_ = std::make_unique<MemoryPool>(*capped_backend_, gate_, config_.options);
 }
 
 DeviceAllocators::~DeviceAllocators() = default;
@@ -137,7 +139,7 @@ void DeviceAllocators::create_or_incref_pool_locked(
   options.cap_bytes = cap_bytes_;
   options.no_split = no_split_pools_.erase(id) > 0;
   auto pool = std::make_unique<MemoryPool>(id, segments, *backend_, std::move(foreign), gate_,
-                                           options);
+                                           options, reservation_);
   pool->use_count = 1;
   pool->set_in_use(true);
   private_pools_.emplace(id, std::move(pool));
@@ -247,22 +249,14 @@ void DeviceAllocators::empty_cache(c10::MempoolId_t id) {
   destroy_empty_retired_locked();
 }
 
-void DeviceAllocators::set_cap(std::size_t cap_bytes) {
-  std::lock_guard<std::mutex> lock(pools_mutex_);
-  cap_bytes_ = cap_bytes;
-  default_pool_->policy().set_cap(cap_bytes);
-  for (auto& [id, pool] : private_pools_) pool->policy().set_cap(cap_bytes);
-}
+void DeviceAllocators::set_cap(std::size_t cap_bytes) { reservation_.set_cap(cap_bytes); }
 
 bool DeviceAllocators::has_retired_pools() const {
   std::lock_guard<std::mutex> lock(pools_mutex_);
   return !retired_pools_.empty();
 }
 
-std::size_t DeviceAllocators::cap() const {
-  std::lock_guard<std::mutex> lock(pools_mutex_);
-  return cap_bytes_;
-}
+std::size_t DeviceAllocators::cap() const { return reservation_.cap(); }
 
 void DeviceAllocators::for_each_pool(c10::MempoolId_t id,
                                      const std::function<void(MemoryPool&)>& visit,

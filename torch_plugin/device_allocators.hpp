@@ -94,7 +94,8 @@ class DeviceAllocators {
   // underway.
   void empty_cache(c10::MempoolId_t id);
 
-  // Memory fraction: a cap on each pool's reserved bytes (0 = none).
+  // Memory fraction: a cap on the reserved bytes of all pools together (0 = none), as torch's
+  // allowed_memory_maximum.
   void set_cap(std::size_t cap_bytes);
   std::size_t cap() const;
 
@@ -146,6 +147,8 @@ class DeviceAllocators {
   const Config config_;
   std::unique_ptr<DeviceBackend> backend_;
   std::unique_ptr<DeviceBackend> pool_segment_backend_;  // cudaMalloc for private pools
+  DeviceReservation reservation_;                  // torch's memory fraction, all pools together
+  std::unique_ptr<CappedBackend> capped_backend_;  // the default pool's view of backend_
   bool paged_ = false;
   Ledger ledger_;
   TorchHistory history_;

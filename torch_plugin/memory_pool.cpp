@@ -10,20 +10,23 @@ MemoryPool::MemoryPool(DeviceBackend& backend, EventGate& gate, const AllocatorO
 
 MemoryPool::MemoryPool(c10::MempoolId_t id, DeviceBackend& segments, DeviceBackend& services,
                        std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign,
-                       EventGate& gate, const AllocatorOptions& options)
+                       EventGate& gate, const AllocatorOptions& options,
+                       DeviceReservation& budget)
     : id_(id),
       private_backend_(
           std::make_unique<PrivatePoolBackend>(segments, services, std::move(foreign))),
+      capped_backend_(std::make_unique<CappedBackend>(*private_backend_, budget)),
       observer_(gate, id) {
   AllocatorOptions pool_options = options;
   pool_options.use_paged_heap = false;
-  policy_ = std::make_unique<CachingAllocator>(*private_backend_, &observer_, pool_options);
+  policy_ = std::make_unique<CachingAllocator>(*capped_backend_, &observer_, pool_options);
 }
 
 MemoryPool::~MemoryPool() {
   // The allocator returns its cached segments on destruction: that must be allowed now.
   if (private_backend_) private_backend_->allow_release(true);
   policy_.reset();
+  capped_backend_.reset();
 }
 
 void MemoryPool::set_in_use(bool in_use) {

@@ -12,6 +12,7 @@
 
 #include "allocator/caching_allocator.hpp"
 #include "torch_plugin/event_gate.hpp"
+#include "torch_plugin/capped_backend.hpp"
 #include "torch_plugin/private_pool_backend.hpp"
 
 namespace vramledger::torch_plugin {
@@ -23,7 +24,8 @@ class MemoryPool {
   // A private pool: segments from `segments` (or from `foreign`), services from `services`.
   MemoryPool(c10::MempoolId_t id, DeviceBackend& segments, DeviceBackend& services,
              std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign,
-             EventGate& gate, const AllocatorOptions& options);
+             EventGate& gate, const AllocatorOptions& options,
+             DeviceReservation& budget);
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
@@ -49,6 +51,7 @@ class MemoryPool {
  private:
   c10::MempoolId_t id_{0, 0};
   std::unique_ptr<PrivatePoolBackend> private_backend_;  // null for the default pool
+  std::unique_ptr<CappedBackend> capped_backend_;        // the device's cap over private_backend_
   PoolObserver observer_;
   std::unique_ptr<CachingAllocator> policy_;
 };

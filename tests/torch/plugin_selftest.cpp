@@ -300,6 +300,28 @@ TEST(TorchPlugin, CachingDisabledBypassesTheCacheAndTheStatistics) {
   plugin().free_block(q);
 }
 
+TEST(TorchPlugin, MemoryFractionCapsAllPoolsTogether) {
+  // torch's allowed_memory_maximum counts every segment of the device, private pools included
+  // (its test_mempool_limited_memory_with_allocator): 96 MiB for the pool and the default pool.
+  const c10::MempoolId_t pool{303, 0};
+  plugin().emptyCache();
+  const auto reserved = static_cast<double>(stats().reserved_bytes[kAll].current);
+  const auto total = static_cast<double>(plugin().device_state(0).backend_info().total_bytes);
+  plugin().setMemoryFraction((reserved + 96.0 * kMiB) / total, 0);
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* in_pool = alloc(60 * kMiB);
+  plugin().endAllocateToPool(0, pool);
+  EXPECT_THROW(alloc(60 * kMiB), c10::OutOfMemoryError) << "60 + 60 MiB > 96 MiB";
+  void* fits = alloc(20 * kMiB);
+  plugin().free_block(fits);
+  plugin().free_block(in_pool);
+  plugin().releasePool(0, pool);  // the pool's memory goes back: the default pool may use it
+  void* now_fits = alloc(60 * kMiB);
+  plugin().free_block(now_fits);
+  plugin().setMemoryFraction(1.0, 0);
+  plugin().emptyCache();
+}
+
 TEST(TorchPlugin, ResetPeakAndAccumulated) {
   void* p = alloc(64 * kMiB);
   plugin().free_block(p);
