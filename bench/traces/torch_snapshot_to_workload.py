@@ -12,13 +12,17 @@ Needs only the standard library (the pickle holds plain dicts and lists).
 A pickle can run any code while it loads. Snapshots hold only dicts, lists, tuples, strings,
 numbers, booleans and None, so they are loaded by an unpickler that refuses every class or
 function a pickle names (load_snapshot): a crafted file ends in an error, not in its code
-running. Entries of the wrong shape end in an error naming the entry.
+running. Loading may map at most 1 GiB + 64 bytes per byte of pickle (a memo index of 2^30 in
+a tiny file would otherwise touch gigabytes). Entries of the wrong shape end in an error naming
+the entry.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import pickle
 import struct
 import sys
@@ -57,12 +61,50 @@ _LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexEr
                 AttributeError, OverflowError, MemoryError, RecursionError, struct.error)
 
 
-def loads_snapshot(data: bytes) -> dict:
-    """The snapshot in `data`, loaded without running anything it names."""
+# Memory a snapshot may take once loaded, per byte of pickle (dicts and lists take ~10x their
+# pickle), plus a fixed allowance.
+_MEMORY_PER_PICKLE_BYTE = 64
+_MEMORY_ALLOWANCE = 1 << 30
+
+
+@contextlib.contextmanager
+def _address_space_bounded_by(extra_bytes: int):
+    """While inside, the process may map at most `extra_bytes` more (RLIMIT_AS). The C
+    unpickler sizes its memo by the indices a pickle names: a few bytes asking for index 2^30
+    would otherwise touch gigabytes. Where the limit cannot be set, nothing is bounded."""
     try:
-        snapshot = _PlainDataUnpickler(io.BytesIO(data)).load()
+        import resource
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        yield
+        return
+    limit = mapped + extra_bytes
+    if soft != resource.RLIM_INFINITY and soft <= limit:
+        yield  # already tighter
+        return
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def loads_snapshot(data: bytes) -> dict:
+    """The snapshot in `data`, loaded without running anything it names, and with memory bounded
+    by its size."""
+    budget = _MEMORY_ALLOWANCE + _MEMORY_PER_PICKLE_BYTE * len(data)
+    try:
+        with _address_space_bounded_by(budget):
+            snapshot = _PlainDataUnpickler(io.BytesIO(data)).load()
     except SnapshotError:
         raise
+    except MemoryError:
+        raise SnapshotError(f"loading needs more than {budget} bytes of memory for a pickle of "
+                            f"{len(data)} bytes: not a snapshot (a crafted file?)") from None
     except _LOAD_ERRORS as error:
         raise SnapshotError(f"not a readable pickle: {type(error).__name__}: {error}") from None
     if not isinstance(snapshot, dict):

@@ -177,6 +177,15 @@ class TorchSnapshotSecurityTest(unittest.TestCase):
             self.assertEqual(torch_snapshot.loads_snapshot(pickle.dumps(snapshot, protocol)),
                              snapshot)
 
+    def test_memo_bomb_is_bounded(self):
+        # PROTO 2, EMPTY_DICT, LONG_BINPUT 2^30, STOP: the C unpickler would size its memo to
+        # 2^31 entries (16 GiB, every page touched) for these 9 bytes.
+        bomb = b"\x80\x02}r" + (1 << 30).to_bytes(4, "little") + b"."
+        with self.assertRaisesRegex(torch_snapshot.SnapshotError, "more than .* bytes of memory"):
+            torch_snapshot.loads_snapshot(bomb)
+        # The limit is lifted again afterwards: a normal load still works.
+        self.assertEqual(torch_snapshot.loads_snapshot(pickle.dumps({"a": 1})), {"a": 1})
+
     def test_not_a_pickle(self):
         for data in (b"", b"not a pickle", b"\x80\x05\x95", pickle.dumps([1, 2])[:-3]):
             with self.assertRaises(torch_snapshot.SnapshotError):
@@ -219,6 +228,50 @@ class TorchSnapshotSecurityTest(unittest.TestCase):
                                        {"action": "snapshot"}]]}
         lines, _ = torch_snapshot.convert(snapshot)
         self.assertEqual(lines, [])
+
+
+class MutatedInputTest(unittest.TestCase):
+    """A small deterministic mutation smoke run over both importers: whatever the bytes, the
+    only exception is the importer's own error (no traceback, nothing run)."""
+
+    ITERATIONS = 3000
+
+    @staticmethod
+    def mutate(rng, data: bytes) -> bytes:
+        data = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            choice = rng.random()
+            position = rng.randrange(len(data) + 1)
+            if choice < 0.4 and data:
+                data[min(position, len(data) - 1)] = rng.randrange(256)
+            elif choice < 0.7:
+                data[position:position] = bytes([rng.randrange(256)])
+            elif data:
+                del data[min(position, len(data) - 1)]
+        return bytes(data)
+
+    def test_snapshot_pickles(self):
+        import random
+        rng = random.Random(16)
+        seeds = [pickle.dumps(TorchSnapshotTest.SNAPSHOT, protocol)
+                 for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]
+        for _ in range(self.ITERATIONS):
+            data = self.mutate(rng, rng.choice(seeds))
+            try:
+                torch_snapshot.convert(torch_snapshot.loads_snapshot(data))
+            except torch_snapshot.SnapshotError:
+                pass
+
+    def test_rmm_logs(self):
+        import random
+        rng = random.Random(16)
+        seed = RMM_LOG.encode()
+        for _ in range(self.ITERATIONS):
+            data = self.mutate(rng, seed)
+            try:
+                rmm.convert(rmm.decoded_lines(data.splitlines(keepends=True)))
+            except rmm.RmmLogError:
+                pass
 
 
 class TorchSnapshotTest(unittest.TestCase):
