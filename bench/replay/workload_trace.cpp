@@ -21,6 +21,26 @@ constexpr std::string_view kFirstLine = "# vramledger workload trace v1";
 // The ledger counts bytes in int64: more live bytes than that cannot be accounted.
 constexpr std::uint64_t kMaxLiveRequestedBytes = std::numeric_limits<std::int64_t>::max();
 
+// Text from the trace as it may appear in a message: at most 40 bytes, bytes outside printable
+// ASCII as \xNN, so a hostile trace cannot write control sequences to the user's terminal.
+std::string printable(std::string_view text) {
+  constexpr std::size_t kMaxShown = 40;
+  std::string shown;
+  for (std::size_t i = 0; i < text.size() && i < kMaxShown; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte >= 0x20 && byte < 0x7f && byte != '\\') {
+      shown.push_back(static_cast<char>(byte));
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      shown += "\\x";
+      shown.push_back(kHex[byte >> 4]);
+      shown.push_back(kHex[byte & 0xf]);
+    }
+  }
+  if (text.size() > kMaxShown) shown += "...";
+  return shown;
+}
+
 // Splits on single spaces.
 std::vector<std::string_view> fields_of(std::string_view line) {
   std::vector<std::string_view> fields;
@@ -47,7 +67,7 @@ class LineParser {
     std::uint64_t value = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-      fail(std::string("bad ") + what + " '" + std::string(text) + "'" +
+      fail(std::string("bad ") + what + " '" + printable(text) + "'" +
            (error == std::errc::result_out_of_range ? " (too large)" : ""));
     }
     return value;
@@ -57,10 +77,6 @@ class LineParser {
   const std::string& source_;
   std::size_t line_;
 };
-
-}  // namespace
-
-namespace {
 
 // The parser proper, over any line source.
 WorkloadTrace parse_lines(ByteSource& bytes, const std::string& source) {
@@ -113,7 +129,7 @@ WorkloadTrace parse_lines(ByteSource& bytes, const std::string& source) {
       const auto fields = fields_of(text);
       auto expect_fields = [&](std::size_t count) {
         if (fields.size() != count) {
-          parser.fail("record '" + std::string(fields[0]) + "' needs " +
+          parser.fail("record '" + printable(fields[0]) + "' needs " +
                       std::to_string(count - 1) + " field(s), got " +
                       std::to_string(fields.size() - 1));
         }
@@ -190,7 +206,7 @@ WorkloadTrace parse_lines(ByteSource& bytes, const std::string& source) {
           live.erase(it);
         }
       } else {
-        parser.fail("unknown record '" + std::string(fields[0]) + "'");
+        parser.fail("unknown record '" + printable(fields[0]) + "'");
       }
       trace.ops.push_back(op);
     }

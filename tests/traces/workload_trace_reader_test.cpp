@@ -115,6 +115,14 @@ TEST(WorkloadTraceRejects, MissingOrDifferentFirstLine) {
 
 TEST(WorkloadTraceRejects, EmptyInput) { expect_rejected("", 0, "empty input"); }
 
+// Text echoed from a hostile trace cannot drive the terminal (escape sequences) or flood it.
+TEST(WorkloadTraceRejects, EchoedTextIsPrintableAndShort) {
+  expect_rejected(std::string(kHeader) + "s 0 0\n\x1b[2J\x07 1\n", 3,
+                  "unknown record '\\x1b[2J\\x07'");
+  expect_rejected(std::string(kHeader) + "s 0 0\na " + std::string(1000, '7') + "x 1 0\n", 3,
+                  "bad id '7777777777777777777777777777777777777777...'");
+}
+
 // --- What it accepts ---
 
 TEST(WorkloadTraceAccepts, CrlfMetadataAndNoFinalNewline) {
