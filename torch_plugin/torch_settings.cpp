@@ -1,5 +1,6 @@
 #include "torch_plugin/torch_settings.hpp"
 
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDAAllocatorConfig.h>
 
 #include <bit>
@@ -14,8 +15,9 @@ constexpr std::size_t kTorchMinBlock = 512;
 }  // namespace
 
 std::size_t torch_power2_division_block(std::size_t bytes) {
+  // torch's device-generic config (its CUDA alias is deprecated since 2.11).
   const std::size_t divisions =
-      c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::roundup_power2_divisions(bytes);
+      c10::CachingAllocator::AcceleratorAllocatorConfig::roundup_power2_divisions(bytes);
   if (divisions <= 1 || bytes <= kTorchMinBlock * divisions) return 0;
   const std::size_t upper = std::bit_ceil(bytes);  // the power of two at or above
   if (upper == bytes) return 0;
