@@ -9,8 +9,8 @@
 
 namespace vramledger {
 
-CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer,
-                             AllocatorOptions options)
+inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer,
+                                    AllocatorOptions options)
     : backend_(backend), observer_(observer), options_(options), cap_(options.cap_bytes) {
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -41,8 +41,8 @@ CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer
   }
 }
 
-DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
-                                           std::size_t block_bytes) {
+inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
+                                                  std::size_t block_bytes) {
   if (bytes == 0) {
     throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
   }
@@ -75,8 +75,8 @@ DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle strea
   return hand_out(block, bytes, stream, tag);
 }
 
-DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::size_t bytes,
-                                              StreamHandle stream, TagId tag) {
+inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::size_t bytes,
+                                                     StreamHandle stream, TagId tag) {
   if (bytes == 0 || bytes > kMaxRequestBytes) {
     throw Error(ErrorCode::kInvalidArgument,
                 "allocate_at: cannot allocate " + format_bytes_exact(bytes));
@@ -107,8 +107,8 @@ DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::size_t byt
 }
 
 // Makes a block just taken from the free lists the user's, and announces it.
-DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t bytes, StreamHandle stream,
-                                           TagId tag) {
+inline DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t bytes,
+                                                  StreamHandle stream, TagId tag) {
   block->requested = bytes;
   block->tag = tag;
   block->state = BlockState::kAllocated;
@@ -119,8 +119,8 @@ DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t bytes, Stre
 }
 
 // The free block of `heaps` holding [address, address + size), or an error saying why none.
-Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, PoolKind pool,
-                                                  DevicePtr address, std::size_t size) {
+inline Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, PoolKind pool,
+                                                         DevicePtr address, std::size_t size) {
   auto refuse = [&](const std::string& why) -> Block* {
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot place " + format_bytes_exact(size) + " at " + format_hex(address) +
@@ -147,28 +147,28 @@ Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, PoolKind p
                 " pool on that stream holds the address");
 }
 
-void CachingAllocator::Impl::set_cap(std::size_t cap) {
+inline void CachingAllocator::Impl::set_cap(std::size_t cap) {
   std::lock_guard lock(mutex_);
   cap_ = cap;
 }
 
-void CachingAllocator::Impl::set_no_split(bool no_split) {
+inline void CachingAllocator::Impl::set_no_split(bool no_split) {
   std::lock_guard lock(mutex_);
   options_.no_split = no_split;
 }
 
-std::size_t CachingAllocator::Impl::cap() const {
+inline std::size_t CachingAllocator::Impl::cap() const {
   std::lock_guard lock(mutex_);
   return cap_;
 }
 
-bool CachingAllocator::Impl::owns(DevicePtr ptr) const {
+inline bool CachingAllocator::Impl::owns(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   const Block* block = live_.find(ptr);
   return block != nullptr && block->state == BlockState::kAllocated;
 }
 
-StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
+inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
   if (last_stream_ != nullptr && last_stream_->stream == stream) return *last_stream_;
   for (auto& heaps : streams_) {
     if (heaps->stream == stream) {
@@ -183,12 +183,13 @@ StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
 }
 
 // One attempt; throws OutOfMemoryError with nothing changed when memory is short.
-Block* CachingAllocator::Impl::allocate_once(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+inline Block* CachingAllocator::Impl::allocate_once(StreamHeaps& heaps, PoolKind pool,
+                                                    std::size_t size) {
   return paged_ ? allocate_paged(heaps, pool, size) : allocate_from_segments(heaps, pool, size);
 }
 
-std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, StreamHandle stream,
-                                                 const char* cause) const {
+inline std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, StreamHandle stream,
+                                                        const char* cause) const {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   const bool known = backend_.memory_info(&free_bytes, &total_bytes).is_ok();

@@ -5,8 +5,8 @@
 
 namespace vramledger {
 
-Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind pool, DevicePtr base,
-                                         std::size_t bytes, bool is_span) {
+inline Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind pool, DevicePtr base,
+                                                std::size_t bytes, bool is_span) {
   auto* range = new AddressRange;
   range->base = base;
   range->size = bytes;
@@ -24,7 +24,7 @@ Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind pool, Devi
 }
 
 // Splits `block` into [address, address + size) (kept in `block`) and the rest (returned).
-Block* CachingAllocator::Impl::split_front(Block* block, std::size_t size) {
+inline Block* CachingAllocator::Impl::split_front(Block* block, std::size_t size) {
   Block* rest = block_pool_.create();
   rest->address = block->address + size;
   rest->size = block->size - size;
@@ -40,7 +40,7 @@ Block* CachingAllocator::Impl::split_front(Block* block, std::size_t size) {
 }
 
 // Removes `block` from its range's list (its bytes were merged into a neighbour).
-void CachingAllocator::Impl::unlink(Block* block) {
+inline void CachingAllocator::Impl::unlink(Block* block) {
   if (block->prev != nullptr) block->prev->next = block->next;
   if (block->next != nullptr) block->next->prev = block->prev;
   if (block->range->first == block) block->range->first = block->next;
@@ -48,14 +48,14 @@ void CachingAllocator::Impl::unlink(Block* block) {
 }
 
 // Segment heap: torch's meaning of inactive split — a free block sharing its segment.
-void CachingAllocator::Impl::refresh_inactive_split(Block* block) {
+inline void CachingAllocator::Impl::refresh_inactive_split(Block* block) {
   if (block->range->is_span) return;
   const bool split = block->state == BlockState::kFree &&
                      (block->prev != nullptr || block->next != nullptr);
   set_inactive_split(block, split);
 }
 
-void CachingAllocator::Impl::set_inactive_split(Block* block, bool value) {
+inline void CachingAllocator::Impl::set_inactive_split(Block* block, bool value) {
   if (block->counted_inactive_split == value) return;
   block->counted_inactive_split = value;
   note_split_change(value ? 1 : -1, value ? static_cast<std::int64_t>(block->size)

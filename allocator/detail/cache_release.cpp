@@ -6,13 +6,13 @@
 
 namespace vramledger {
 
-void CachingAllocator::Impl::empty_cache() {
+inline void CachingAllocator::Impl::empty_cache() {
   std::lock_guard lock(mutex_);
   process_completed_frees_locked();
   release_cached_locked();
 }
 
-void CachingAllocator::Impl::release_stream(StreamHandle stream) {
+inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   std::lock_guard lock(mutex_);
   throw_if_error(backend_.synchronize_device(), "release_stream: synchronizing the device");
   // Uses on the released stream are complete now; forget them.
@@ -34,7 +34,7 @@ void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   }
 }
 
-void CachingAllocator::Impl::release_cached_locked() {
+inline void CachingAllocator::Impl::release_cached_locked() {
   if (paged_) {
     // One fence per stream covers every page freed so far; wait for all of them.
     for (auto& heaps : streams_) {
@@ -58,7 +58,8 @@ void CachingAllocator::Impl::release_cached_locked() {
 
 // Segment heap: returns fully free segments. Paged heap: unmaps the pages of spans with no
 // active block, and with free_spans also gives their address space back.
-void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int p, bool free_spans) {
+inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int p,
+                                                        bool free_spans) {
   auto& ranges = heaps.ranges[p];
   for (std::size_t i = 0; i < ranges.size();) {
     AddressRange* range = ranges[i];
@@ -102,7 +103,7 @@ void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int p, bool
   }
 }
 
-void CachingAllocator::Impl::trim_free_mapped(PoolKind pool) {
+inline void CachingAllocator::Impl::trim_free_mapped(PoolKind pool) {
   const int p = pool_index(pool);
   const std::size_t keep = options_.max_free_mapped_bytes / page_bytes_;
   if (free_mapped_pages_[p] <= keep) return;
@@ -112,7 +113,7 @@ void CachingAllocator::Impl::trim_free_mapped(PoolKind pool) {
 }
 
 // Releases free physical chunks beyond `keep_bytes` to the driver, largest first.
-void CachingAllocator::Impl::trim_free_physical(std::size_t keep_bytes) {
+inline void CachingAllocator::Impl::trim_free_physical(std::size_t keep_bytes) {
   if (!paged_) return;
   for (PoolKind pool : {PoolKind::kSmall, PoolKind::kLarge}) {
     while (free_physical_pages_[pool_index(pool)] * page_bytes_ > keep_bytes) {
@@ -123,7 +124,7 @@ void CachingAllocator::Impl::trim_free_physical(std::size_t keep_bytes) {
 
 // Best effort at destruction: the device may already be gone, so errors are ignored. Ranges
 // that still hold live blocks are left alone: their memory belongs to whoever holds them.
-void CachingAllocator::Impl::release_everything_at_exit() noexcept {
+inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
   (void)backend_.synchronize_device();
   for (auto& heaps : streams_) {
     for (const auto& r : heaps->retiring) {

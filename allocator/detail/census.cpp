@@ -8,7 +8,7 @@
 
 namespace vramledger {
 
-AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
+inline AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   const Block* block = live_.find(ptr);
   if (block == nullptr) block = block_containing(ptr);
@@ -27,7 +27,7 @@ AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
   return info;
 }
 
-std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
+inline std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
   std::lock_guard lock(mutex_);
   std::vector<SegmentInfo> result;
   for (const auto& heaps : streams_) {
@@ -58,7 +58,7 @@ std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
   return result;
 }
 
-BlockCensus CachingAllocator::Impl::census() const {
+inline BlockCensus CachingAllocator::Impl::census() const {
   std::lock_guard lock(mutex_);
   BlockCensus census;
   std::size_t live_seen = 0;
@@ -92,7 +92,7 @@ BlockCensus CachingAllocator::Impl::census() const {
   return census;
 }
 
-const Block* CachingAllocator::Impl::block_containing(DevicePtr ptr) const {
+inline const Block* CachingAllocator::Impl::block_containing(DevicePtr ptr) const {
   for (const auto& heaps : streams_) {
     for (int p = 0; p < 2; ++p) {
       for (const AddressRange* range : heaps->ranges[p]) {
@@ -106,7 +106,7 @@ const Block* CachingAllocator::Impl::block_containing(DevicePtr ptr) const {
   return nullptr;
 }
 
-void CachingAllocator::Impl::throw_unknown_pointer(DevicePtr ptr, const char* action) const {
+inline void CachingAllocator::Impl::throw_unknown_pointer(DevicePtr ptr, const char* action) const {
   const Block* inside = block_containing(ptr);
   if (inside != nullptr && inside->address == ptr && inside->state == BlockState::kFree) {
     throw Error(ErrorCode::kDoubleFree, std::string(action) + " " + format_hex(ptr) +
@@ -124,9 +124,8 @@ void CachingAllocator::Impl::throw_unknown_pointer(DevicePtr ptr, const char* ac
 }
 
 // Bytes of [address, address + size) with memory behind them, and the longest such run.
-std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(const AddressRange& range,
-                                                                         DevicePtr address,
-                                                                         std::size_t size) const {
+inline std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(
+    const AddressRange& range, DevicePtr address, std::size_t size) const {
   if (!range.is_span) return {size, size};
   std::size_t total = 0;
   std::size_t longest = 0;
@@ -147,7 +146,8 @@ std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(const A
   return {total, longest};
 }
 
-std::size_t CachingAllocator::Impl::count_free_blocks(const StreamHeaps& heaps, int p) const {
+inline std::size_t CachingAllocator::Impl::count_free_blocks(const StreamHeaps& heaps,
+                                                             int p) const {
   std::size_t count = 0;
   for (const AddressRange* range : heaps.ranges[p]) {
     for (const Block* b = range->first; b != nullptr; b = b->next) {
@@ -159,9 +159,9 @@ std::size_t CachingAllocator::Impl::count_free_blocks(const StreamHeaps& heaps, 
 
 // Adds one range's blocks to the census, checking the range's own invariants on the way.
 // Returns the number of free mapped pages found in it.
-std::size_t CachingAllocator::Impl::count_range(const AddressRange& range,
-                                                BlockCensus::PerPool& out,
-                                                std::size_t& live_seen) const {
+inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range,
+                                                       BlockCensus::PerPool& out,
+                                                       std::size_t& live_seen) const {
   auto fail = [&](const std::string& what) {
     throw Error(ErrorCode::kInternal, "range at " + format_hex(range.base) + ": " + what);
   };

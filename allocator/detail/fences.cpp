@@ -4,7 +4,7 @@
 
 namespace vramledger {
 
-void CachingAllocator::Impl::poll_fences(StreamHeaps& heaps) {
+inline void CachingAllocator::Impl::poll_fences(StreamHeaps& heaps) {
   while (!heaps.outstanding_fences.empty()) {
     auto [event, sequence] = heaps.outstanding_fences.front();
     EventState state = EventState::kPending;
@@ -17,7 +17,7 @@ void CachingAllocator::Impl::poll_fences(StreamHeaps& heaps) {
 }
 
 // Records a fence covering every page freed on the stream so far, unless one already does.
-void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
+inline void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
   if (!heaps.page_freed_since_last_fence) return;
   EventHandle event = take_event();
   Status status = backend_.record_event(event, heaps.stream);
@@ -35,7 +35,7 @@ void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
   heaps.page_freed_since_last_fence = false;
 }
 
-void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
+inline void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
   while (heaps.completed_fence < sequence && !heaps.outstanding_fences.empty()) {
     auto [event, fence] = heaps.outstanding_fences.front();
     throw_if_error(backend_.synchronize_event(event), "waiting for a fence event");
@@ -47,7 +47,7 @@ void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t se
 
 // After the whole device was synchronized: everything freed on the stream so far is idle, and
 // the outstanding fences prove nothing more.
-void CachingAllocator::Impl::mark_all_frees_idle(StreamHeaps& heaps) {
+inline void CachingAllocator::Impl::mark_all_frees_idle(StreamHeaps& heaps) {
   for (auto& [event, sequence] : heaps.outstanding_fences) spare_events_.push_back(event);
   heaps.outstanding_fences.clear();
   heaps.completed_fence = heaps.next_fence;

@@ -6,7 +6,7 @@
 
 namespace vramledger {
 
-void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
+inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "free");
@@ -49,7 +49,7 @@ void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
   emit_block(EventKind::kFreeRequested, block);
 }
 
-void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
+inline void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "record_stream on");
@@ -64,7 +64,7 @@ void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
   }
 }
 
-EventHandle CachingAllocator::Impl::take_event() {
+inline EventHandle CachingAllocator::Impl::take_event() {
   if (!spare_events_.empty()) {
     EventHandle event = spare_events_.back();
     spare_events_.pop_back();
@@ -76,7 +76,7 @@ EventHandle CachingAllocator::Impl::take_event() {
 }
 
 // `kind` is kFree for a free that completes at once, else kFreeCompleted.
-void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) {
+inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) {
   AddressRange& range = *block->range;
   StreamHeaps& owner = *range.owner;
   if (range.is_span) mark_pages(*block, -1);
@@ -127,12 +127,12 @@ void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) {
   if (options_.max_free_mapped_bytes != SIZE_MAX) trim_free_mapped(range.pool);
 }
 
-void CachingAllocator::Impl::process_completed_frees() {
+inline void CachingAllocator::Impl::process_completed_frees() {
   std::lock_guard lock(mutex_);
   process_completed_frees_locked();
 }
 
-void CachingAllocator::Impl::process_completed_frees_locked() {
+inline void CachingAllocator::Impl::process_completed_frees_locked() {
   for (std::size_t i = 0; i < pending_.size();) {
     PendingEvent entry = pending_[i];
     EventState state = EventState::kPending;

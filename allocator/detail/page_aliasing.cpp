@@ -12,7 +12,7 @@ namespace vramledger {
 // memory leaves the old address (which turns retiring: still mapped in the driver, unusable)
 // for the caller to map at the new one. Work queued on the stream before the free runs before
 // anything the new address is used for, so the sharing is safe; the ledger sees an unmap here.
-std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
+inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
     StreamHeaps& owner, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion) {
   retire_mappings(owner, /*wait=*/false);
   const int p = pool_index(pool);
@@ -49,9 +49,9 @@ std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
 // Unmaps the old addresses of aliased chunks once the work queued before their free has
 // finished (with `wait`, waiting for it); only those in pages [first, last) of `span` when
 // one is given.
-void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wait,
-                                             const AddressRange* span, std::size_t first,
-                                             std::size_t last) {
+inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wait,
+                                                    const AddressRange* span, std::size_t first,
+                                                    std::size_t last) {
   if (heaps.retiring.empty()) return;
   poll_fences(heaps);
   for (std::size_t i = 0; i < heaps.retiring.size();) {
@@ -67,7 +67,7 @@ void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wait,
 }
 
 // Unmaps retiring mapping `index` of `heaps`, waiting for its fence first if need be.
-void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
+inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
   const StreamHeaps::RetiringMapping r = heaps.retiring[index];
   if (r.fence > heaps.completed_fence) {
     ++alias_waits_;
@@ -88,7 +88,7 @@ void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
 
 // Physical memory leaving its stream (the free physical pool, the driver) must no longer be
 // mapped at an old address whose work may still run.
-void CachingAllocator::Impl::retire_handle(PhysicalHandle handle) {
+inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle) {
   for (auto& heaps : streams_) {
     for (std::size_t i = 0; i < heaps->retiring.size(); ++i) {
       if (heaps->retiring[i].handle == handle) {

@@ -8,7 +8,8 @@
 
 namespace vramledger {
 
-Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKind pool,
+                                                     std::size_t size) {
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
   if (block == nullptr) {
@@ -26,8 +27,8 @@ Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKind pool,
 // Maps every page under [address, address + size), which lies in the free block `block`, and
 // takes the block's free mapped pages that the allocation uses out of the free count. Throws
 // with nothing changed.
-void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePtr address,
-                                             std::size_t size) {
+inline void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePtr address,
+                                                    std::size_t size) {
   AddressRange& span = *block.range;
   const auto [whole_first, whole_last] = whole_pages(span, block.address, block.end());
   const std::size_t lo = std::max(page_of(span, address), whole_first);
@@ -39,9 +40,9 @@ void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePtr addre
 
 // The best fit by size needs new pages, which costs driver calls and, when no page is free
 // anywhere, memory: look at a few other fits for one that needs fewer.
-Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex& index,
-                                                            std::size_t size,
-                                                            Block* best_fit) const {
+inline Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex& index,
+                                                                   std::size_t size,
+                                                                   Block* best_fit) const {
   constexpr int kCandidates = 8;
   Block* best = best_fit;
   std::size_t best_pages = pages_to_map(*best_fit->range, best_fit->address, size);
@@ -56,14 +57,15 @@ Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex
   return best;
 }
 
-std::size_t CachingAllocator::Impl::pages_to_map(const AddressRange& span, DevicePtr address,
-                                                 std::size_t size) const {
+inline std::size_t CachingAllocator::Impl::pages_to_map(const AddressRange& span, DevicePtr address,
+                                                        std::size_t size) const {
   const std::size_t first = page_of(span, address);
   const std::size_t last = page_of(span, address + size - 1);
   return last - first + 1 - span.count_mapped(first, last + 1);
 }
 
-Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+inline Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool,
+                                               std::size_t size) {
   const std::size_t bytes = std::max(span_bytes_[pool_index(pool)], round_up(size, page_bytes_));
   DevicePtr base = 0;
   throw_if_error(backend_.reserve_address_range(bytes, &base),
@@ -78,8 +80,8 @@ Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool, std::
 // to share it and would otherwise pin the allocation's whole chunk after it is freed. On
 // failure nothing is mapped that was not before; physical memory obtained on the way stays in
 // the free physical pool.
-void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr address,
-                                           std::size_t size) {
+inline void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr address,
+                                                  std::size_t size) {
   const std::size_t first = page_of(span, address);
   const std::size_t last = page_of(span, address + size - 1);
   if (span.count_mapped(first, last + 1) == last - first + 1) return;
@@ -139,8 +141,8 @@ void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr address
 
 // Unmaps the chunk mapped from page `head` on, which no active block touches; its memory goes
 // to the free physical pool. Returns its page count.
-std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::size_t head,
-                                                bool was_free) {
+inline std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::size_t head,
+                                                       bool was_free) {
   const DevicePtr va = span.base + head * page_bytes_;
   const std::size_t pages = span.chunk_pages(head);
   throw_if_error(backend_.unmap_pages(va, pages * page_bytes_, 1),
@@ -157,11 +159,11 @@ std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::size_t 
 // all its pages lie wholly inside one free block; without `wait`, only when the stream that
 // freed it has provably finished with it. `choice` limits the streams looked at
 // (their own or the others of `stream`). Returns the pages unmapped.
-std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std::size_t count,
-                                                      std::size_t max_chunk, bool wait,
-                                                      const PageExclusion& exclusion,
-                                                      StreamChoice choice,
-                                                      const StreamHeaps* stream) {
+inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std::size_t count,
+                                                             std::size_t max_chunk, bool wait,
+                                                             const PageExclusion& exclusion,
+                                                             StreamChoice choice,
+                                                             const StreamHeaps* stream) {
   const int p = pool_index(pool);
   std::size_t unmapped = 0;
   for (auto& heaps : streams_) {
@@ -203,7 +205,7 @@ std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std::size_t
 // Adds (+1) or removes (-1) the block's bytes on its first and last page and announces the
 // change of those pages' free bytes (the paged heap's inactive split: free bytes on pages that
 // active blocks hold, which no page-sized request can use).
-void CachingAllocator::Impl::mark_pages(const Block& block, int direction) {
+inline void CachingAllocator::Impl::mark_pages(const Block& block, int direction) {
   AddressRange& span = *block.range;
   const std::size_t first = page_of(span, block.address);
   const std::size_t last = page_of(span, block.end() - 1);
@@ -211,8 +213,8 @@ void CachingAllocator::Impl::mark_pages(const Block& block, int direction) {
   if (last != first) mark_edge_page(span, block, last, direction);
 }
 
-void CachingAllocator::Impl::mark_edge_page(AddressRange& span, const Block& block,
-                                            std::size_t index, int direction) {
+inline void CachingAllocator::Impl::mark_edge_page(AddressRange& span, const Block& block,
+                                                   std::size_t index, int direction) {
   PageUse& page = span.page_use[index];
   const DevicePtr page_start = span.base + index * page_bytes_;
   const std::size_t overlap =

@@ -11,14 +11,14 @@ namespace vramledger {
 // A chunk in the free pool may still be mapped at an old, retiring address (aliasing): it is
 // unmapped there before the chunk is mapped anywhere else or released (take_spare,
 // release_chunk), so that a failure there leaves the chunk where it was.
-void CachingAllocator::Impl::put_spare(PoolKind pool, PhysicalChunk chunk) {
+inline void CachingAllocator::Impl::put_spare(PoolKind pool, PhysicalChunk chunk) {
   free_physical_[pool_index(pool)][chunk.pages].push_back(chunk.handle);
   free_physical_pages_[pool_index(pool)] += chunk.pages;
 }
 
 // The largest free chunk of at most `max_pages` pages, if any.
-std::optional<PhysicalChunk> CachingAllocator::Impl::take_spare(PoolKind pool,
-                                                                std::size_t max_pages) {
+inline std::optional<PhysicalChunk> CachingAllocator::Impl::take_spare(PoolKind pool,
+                                                                       std::size_t max_pages) {
   auto& spare = free_physical_[pool_index(pool)];
   auto it = spare.upper_bound(max_pages);
   if (it == spare.begin()) return std::nullopt;
@@ -32,7 +32,7 @@ std::optional<PhysicalChunk> CachingAllocator::Impl::take_spare(PoolKind pool,
 }
 
 // Gives a free chunk back to the driver; if the driver refuses, it stays in the free pool.
-void CachingAllocator::Impl::release_chunk(PoolKind pool, PhysicalChunk chunk) {
+inline void CachingAllocator::Impl::release_chunk(PoolKind pool, PhysicalChunk chunk) {
   if (retiring_mappings_ != 0) {
     try {
       retire_handle(chunk.handle);
@@ -51,8 +51,8 @@ void CachingAllocator::Impl::release_chunk(PoolKind pool, PhysicalChunk chunk) {
 }
 
 // Gives free chunks of more than `max_pages` pages back to the driver; returns the pages freed.
-std::size_t CachingAllocator::Impl::release_spare_larger_than(PoolKind pool,
-                                                              std::size_t max_pages) {
+inline std::size_t CachingAllocator::Impl::release_spare_larger_than(PoolKind pool,
+                                                                     std::size_t max_pages) {
   std::size_t released = 0;
   while (true) {
     auto& spare = free_physical_[pool_index(pool)];
@@ -66,8 +66,9 @@ std::size_t CachingAllocator::Impl::release_spare_larger_than(PoolKind pool,
 }
 
 // New physical memory of `pages` pages, or nullopt when the device or the cap says no.
-std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKind pool, std::size_t pages,
-                                                                  std::string* shortage) {
+inline std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKind pool,
+                                                                         std::size_t pages,
+                                                                         std::string* shortage) {
   const std::size_t bytes = pages * page_bytes_;
   if (cap_ != 0 && reserved_bytes_ + bytes > cap_) {
     *shortage = "the cap of " + format_bytes_exact(cap_) + " is reached";
@@ -93,7 +94,7 @@ std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKind pool,
 // requested (page by page: 1.0015-1.0196) with 1.6-4.6x fewer creates, mappings and
 // unmappings. Sizing chunks by the heap as well (1/512 of what is reserved) saved another ~25%
 // of them but raised six of the eight traces' ratios by up to 0.6 points.
-std::size_t CachingAllocator::Impl::chunk_pages_for(std::size_t run_pages) const {
+inline std::size_t CachingAllocator::Impl::chunk_pages_for(std::size_t run_pages) const {
   constexpr std::size_t kShareOfRun = 8;
   return std::clamp<std::size_t>(run_pages / kShareOfRun, 1, max_chunk_pages_);
 }
@@ -102,7 +103,7 @@ std::size_t CachingAllocator::Impl::chunk_pages_for(std::size_t run_pages) const
 // cross-stream slack: streams that hand work to each other (a side stream making inputs that
 // the main stream consumes) otherwise take each other's pages at every step, and each move is
 // an unmap and a map (measured on the H200: +76% step time on the two-stream workload).
-bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_streams(
+inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_streams(
     std::size_t pages) const {
   if (options_.cross_stream_slack_percent == 0) return false;
   const std::size_t percent = std::min<std::size_t>(options_.cross_stream_slack_percent, 10000);
@@ -118,7 +119,7 @@ bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_streams(
 // driver so smaller ones can be created, idle chunks of any size are unmapped, and finally
 // pages still in use by their streams are waited for. Throws OutOfMemoryError (leaving what
 // it gathered in the free pool) if all fall short.
-std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
+inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
     StreamHeaps& owner, PoolKind pool, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
     const PageExclusion& exclusion) {
   std::vector<PhysicalChunk> chunks;

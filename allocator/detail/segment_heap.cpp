@@ -5,8 +5,8 @@
 
 namespace vramledger {
 
-Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps, PoolKind pool,
-                                                      std::size_t size) {
+inline Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps, PoolKind pool,
+                                                             std::size_t size) {
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
   if (block == nullptr) block = add_segment(heaps, pool, size);
@@ -23,14 +23,15 @@ Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps, PoolKi
   return block;
 }
 
-std::size_t CachingAllocator::Impl::segment_size_for(PoolKind pool, std::size_t size) const {
+inline std::size_t CachingAllocator::Impl::segment_size_for(PoolKind pool, std::size_t size) const {
   if (options_.no_split) return round_up(size, options_.round_large_segment_bytes);
   if (pool == PoolKind::kSmall) return std::max(options_.small_segment_bytes, size);
   if (size < options_.large_segment_bytes / 2) return options_.large_segment_bytes;
   return round_up(size, options_.round_large_segment_bytes);
 }
 
-Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind pool, std::size_t size) {
+inline Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind pool,
+                                                  std::size_t size) {
   const std::size_t bytes = segment_size_for(pool, size);
   ensure_within_cap(bytes);
   DevicePtr base = 0;
@@ -41,7 +42,7 @@ Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind pool, st
   return add_range(heaps, pool, base, bytes, /*is_span=*/false);
 }
 
-void CachingAllocator::Impl::ensure_within_cap(std::size_t more) const {
+inline void CachingAllocator::Impl::ensure_within_cap(std::size_t more) const {
   if (cap_ != 0 && reserved_bytes_ + more > cap_) {
     throw OutOfMemoryError("the cap of " + format_bytes_exact(cap_) +
                            " would be exceeded: " + format_bytes_exact(reserved_bytes_) +
