@@ -1,7 +1,7 @@
 // One DeviceBackend contract, instantiated over every backend (as RMM runs one test file over
 // every memory resource): the same TEST_Ps (backend_contract.cpp) run for each BackendUnderTest
-// a binary registers with INSTANTIATE_TEST_SUITE_P. The CPU backends are instantiated in
-// cpu_backends_test.cpp (CI), the private-pool backend in private_pool_backend_test.cpp (when
+// a binary registers with INSTANTIATE_TEST_SUITE_P. The CPU backends (simulated, capped, routed)
+// are instantiated in cpu_backends_test.cpp (CI), the private-pool backend in private_pool_backend_test.cpp (when
 // the torch plugin builds), the CUDA backends in tests/gpu/backend_contract_gpu.cpp (skipped
 // without a GPU).
 //

@@ -1,6 +1,7 @@
 // The DeviceBackend contract over every backend that runs on the CPU: the simulated device (with
-// and without virtual memory) and the routed cache's DriverSegmentBackend (preload/route/) over
-// an in-process fake driver.
+// and without virtual memory), the torch plugin's CappedBackend (the memory fraction; plain C++)
+// over it, and the routed cache's DriverSegmentBackend (preload/route/) over an in-process fake
+// driver.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "allocator/simulated/simulated_device.hpp"
 #include "preload/route/driver_segment_backend.hpp"
 #include "tests/backend_contract/backend_contract.hpp"
+#include "torch_plugin/capped_backend.hpp"
 
 namespace vramledger::contract {
 namespace {
@@ -116,6 +118,20 @@ class RoutedFixture final : public BackendFixture {
   route::DriverSegmentBackend backend_;
 };
 
+// The memory fraction's cap over a simulated device: under the cap it must behave as the device.
+class CappedFixture final : public BackendFixture {
+ public:
+  explicit CappedFixture(std::size_t cap_bytes) : capped_(device_, budget_) {
+    budget_.set_cap(cap_bytes);
+  }
+  DeviceBackend& backend() override { return capped_; }
+
+ private:
+  SimulatedDevice device_;
+  torch_plugin::DeviceReservation budget_;
+  torch_plugin::CappedBackend capped_;
+};
+
 std::unique_ptr<BackendFixture> simulated(bool virtual_memory) {
   SimulatedDeviceOptions options;
   options.supports_virtual_memory = virtual_memory;
@@ -127,6 +143,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BackendUnderTest{"simulated_vmm", [](std::string*) { return simulated(true); }},
         BackendUnderTest{"simulated_segments", [](std::string*) { return simulated(false); }},
+        BackendUnderTest{"capped_simulated_vmm",
+                         [](std::string*) -> std::unique_ptr<BackendFixture> {
+                           return std::make_unique<CappedFixture>(std::size_t{1} << 30);
+                         }},
         BackendUnderTest{"routed_driver_segments",
                          [](std::string*) -> std::unique_ptr<BackendFixture> {
                            return std::make_unique<RoutedFixture>();
