@@ -104,6 +104,7 @@ echo "$line"
 results+=("$line")
 
 if ((record)); then
+  mkdir -p bench/results/compat
   out="bench/results/compat/torch-versions-$(date -u +%F)-$(git rev-parse --short HEAD).txt"
   {
     echo "# scripts/check_torch_versions.sh ${versions[*]}"
