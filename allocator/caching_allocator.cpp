@@ -227,6 +227,7 @@ DevicePtr CachingAllocator::allocate_at(DevicePtr address, std::size_t bytes, St
   return impl_->allocate_at(address, bytes, stream, tag);
 }
 void CachingAllocator::deallocate(DevicePtr ptr) { impl_->deallocate(ptr); }
+void CachingAllocator::deallocate_as_ordered(DevicePtr ptr) { impl_->deallocate_as_ordered(ptr); }
 void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {
   impl_->record_stream(ptr, stream);
 }

@@ -105,6 +105,10 @@ class CachingAllocator {
   // Throws Error(kInvalidPointer) for pointers we do not own and Error(kDoubleFree) for blocks
   // already freed; in both cases nothing changes.
   void deallocate(DevicePtr ptr);
+  // Frees a block whose uses on other streams (record_stream) the caller has proven to be
+  // ordered before any later work of the block's own stream — e.g. a CUDA graph capture in
+  // which those streams were joined back into it: free at once, no events recorded.
+  void deallocate_as_ordered(DevicePtr ptr);
   // The block holding ptr is also used on `stream`: its memory is reused only after work queued
   // there before the free has completed.
   void record_stream(DevicePtr ptr, StreamHandle stream);

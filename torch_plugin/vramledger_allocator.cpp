@@ -159,6 +159,9 @@ void* VramledgerAllocator::malloc(std::size_t bytes, c10::DeviceIndex device,
   if (bytes == 0) return nullptr;
   DeviceAllocators& state = device_state(device);
   if (!enabled_.load(std::memory_order_relaxed)) return malloc_uncached(state, bytes, stream);
+  if (!capture_reuse_.empty() && !state.is_simulated() && any_capture_underway()) {
+    for (void* ready : capture_reuse_.take_ordered_before(stream)) free_ordered_in_capture(ready);
+  }
   state.history().gather_context_for_alloc();
   const RelaxedCaptureMode relaxed(!state.is_simulated());
   MemoryPool& pool = state.acquire_pool_for(stream);
@@ -324,7 +327,14 @@ void VramledgerAllocator::free_block(void* ptr) {
     // An event recorded in a capturing stream may not be queried until the capture ends, and a
     // free records events: on the streams that used a block (record_stream), and on the block's
     // own stream when the paged heap fences the pages it frees. Such frees complete when the
-    // last capture ends (torch defers cross-stream frees the same way).
+    // last capture ends (torch defers cross-stream frees the same way) — or, with torch's
+    // graph_capture_record_stream_reuse, once the capture joins the other streams back.
+    if (found->used_on_other_streams && found->pool->is_private() && !state.is_simulated() &&
+        CaptureReuse::enabled() &&
+        capture_reuse_.add(ptr, reinterpret_cast<cudaStream_t>(found->stream),
+                           streams_used_by(ptr))) {
+      return;
+    }
     state.defer_free(ptr);
     return;
   }
@@ -341,13 +351,46 @@ void VramledgerAllocator::free_block(void* ptr) {
     }
   }
   state.release_block_of(*taken->pool);
+  if (taken->used_on_other_streams) {
+    std::lock_guard<std::mutex> lock(stream_uses_mutex_);
+    stream_uses_.erase(ptr);
+  }
   if (c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, -static_cast<std::int64_t>(taken->requested), taken->device);
   }
 }
 
+void VramledgerAllocator::free_ordered_in_capture(void* ptr) {
+  std::optional<LiveAllocation> taken = registry_.take(ptr);
+  if (!taken) return;
+  DeviceAllocators& state = *device_if_created(taken->device);
+  try {
+    const RelaxedCaptureMode relaxed(!state.is_simulated());
+    taken->pool->policy().deallocate_as_ordered(reinterpret_cast<DevicePtr>(ptr));
+  } catch (const std::exception&) {
+    registry_.insert(ptr, *taken);  // unchanged: it completes when the capture ends
+    state.defer_free(ptr);
+    return;
+  }
+  state.release_block_of(*taken->pool);
+  {
+    std::lock_guard<std::mutex> lock(stream_uses_mutex_);
+    stream_uses_.erase(ptr);
+  }
+  if (c10::memoryProfilingEnabled()) {
+    report_to_profiler(ptr, -static_cast<std::int64_t>(taken->requested), taken->device);
+  }
+}
+
+std::vector<cudaStream_t> VramledgerAllocator::streams_used_by(void* ptr) {
+  std::lock_guard<std::mutex> lock(stream_uses_mutex_);
+  auto it = stream_uses_.find(ptr);
+  return it == stream_uses_.end() ? std::vector<cudaStream_t>{} : it->second;
+}
+
 void VramledgerAllocator::process_deferred_frees() {
   if (any_capture_underway()) return;
+  for (void* ptr : capture_reuse_.take_all()) free_block(ptr);
   for (DeviceAllocators* state : created_devices()) {
     for (void* ptr : state->take_deferred_frees()) free_block(ptr);
   }
@@ -394,6 +437,13 @@ void VramledgerAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAS
   std::optional<LiveAllocation> found = registry_.find(ptr.get());
   if (!found || found->pool == nullptr) return;  // uncached memory: cudaFree synchronises
   registry_.mark_used_on_other_streams(ptr.get());
+  {
+    std::lock_guard<std::mutex> lock(stream_uses_mutex_);
+    auto& uses = stream_uses_[ptr.get()];
+    if (std::find(uses.begin(), uses.end(), stream.stream()) == uses.end()) {
+      uses.push_back(stream.stream());
+    }
+  }
   try {
     found->pool->policy().record_stream(reinterpret_cast<DevicePtr>(ptr.get()),
                                         reinterpret_cast<StreamHandle>(stream.stream()));

@@ -16,9 +16,11 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "allocator/config.hpp"
+#include "torch_plugin/capture_reuse.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/pointer_registry.hpp"
 #include "torch_plugin/versioned_allocator.hpp"
@@ -136,6 +138,9 @@ class VramledgerAllocator final : public VersionedAllocator {
                                         std::size_t bytes, cudaStream_t stream,
                                         const std::string& detail);
   void process_deferred_frees();
+  // Frees a block whose other-stream uses a capture has joined back (capture_reuse.hpp).
+  void free_ordered_in_capture(void* ptr);
+  std::vector<cudaStream_t> streams_used_by(void* ptr);
   void report_to_profiler(void* ptr, std::int64_t delta, c10::DeviceIndex device);
   std::size_t max_split_bytes() const { return config_.options.max_split_bytes; }
 
@@ -149,6 +154,10 @@ class VramledgerAllocator final : public VersionedAllocator {
   HistorySettings history_settings_;
   std::vector<c10_alloc::AllocatorTraceTracker> trace_trackers_;
   std::string user_metadata_;
+
+  CaptureReuse capture_reuse_;
+  std::mutex stream_uses_mutex_;
+  std::unordered_map<void*, std::vector<cudaStream_t>> stream_uses_;  // record_stream, per block
 
   std::mutex oom_observers_mutex_;
   std::vector<c10_alloc::OutOfMemoryObserver> oom_observers_;

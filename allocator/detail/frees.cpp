@@ -49,6 +49,16 @@ inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
   emit_block(EventKind::kFreeRequested, block);
 }
 
+inline void CachingAllocator::Impl::deallocate_as_ordered(DevicePtr ptr) {
+  {
+    std::lock_guard lock(mutex_);
+    Block* block = live_.find(ptr);
+    if (block == nullptr) throw_unknown_pointer(ptr, "free");
+    if (block->state == BlockState::kAllocated) block->stream_uses.clear();
+  }
+  deallocate(ptr);  // a pending free still reports the double free
+}
+
 inline void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle stream) {
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);

@@ -96,6 +96,7 @@ class CachingAllocator::Impl {
   DeviceBackend& backend() const { return backend_; }
   // detail/frees.cpp
   void deallocate(DevicePtr ptr);
+  void deallocate_as_ordered(DevicePtr ptr);
   void record_stream(DevicePtr ptr, StreamHandle stream);
   void process_completed_frees();
   // detail/cache_release.cpp
