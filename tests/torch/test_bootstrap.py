@@ -300,3 +300,27 @@ def test_cli_route_non_torch(tmp_path):
                          VRAMLEDGER_PRELOAD_LIBRARY=shim)
     assert rc == 2
     assert "--route-non-torch needs the shim" in err
+
+
+def test_a_plugin_built_for_another_torch_refuses_to_load(monkeypatch):
+    # The package compares the torch it was built for with the one imported before it loads any
+    # native code (a vtable of another release would be called wrongly).
+    import importlib
+    import types
+
+    import pytest
+
+    monkeypatch.syspath_prepend(PACKAGE_ROOT)
+    for name in [m for m in sys.modules if m == "vramledger" or m.startswith("vramledger.")]:
+        monkeypatch.delitem(sys.modules, name)
+    package = importlib.import_module("vramledger")
+    built = types.ModuleType("vramledger._build_info")
+    built.TORCH_VERSION = "2.15.0+cu130"
+    monkeypatch.setitem(sys.modules, "vramledger._build_info", built)
+    package._check_torch_release("2.15.1")  # same release line: fine
+    package._check_torch_release("2.15.0+cpu")
+    with pytest.raises(ImportError, match=r"built for torch 2\.15\.0\+cu130 but torch 2\.11\.0 "
+                                          r"is imported.*Rebuild"):
+        package._check_torch_release("2.11.0")
+    with pytest.raises(ImportError):
+        package._check_torch_release("2.1.0")
