@@ -66,8 +66,8 @@ void FixedSize(benchmark::State& state) {
   Rig rig(state.range(1) != 0);
   rig.allocator.deallocate(rig.allocator.allocate(bytes, 0));  // warm: the block is cached
   for (auto _ : state) {
-    const DevicePtr ptr = rig.allocator.allocate(bytes, 0);
-    benchmark::DoNotOptimize(ptr);
+    DevicePtr ptr = rig.allocator.allocate(bytes, 0);
+    benchmark::DoNotOptimize(ptr);  // non-const: the const-ref overload is deprecated
     rig.allocator.deallocate(ptr);
   }
   state.SetItemsProcessed(state.iterations());
