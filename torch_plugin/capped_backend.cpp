@@ -25,20 +25,20 @@ Status CappedBackend::refused(std::size_t bytes) const {
 
 Status CappedBackend::allocate_segment(std::size_t bytes, StreamHandle stream, DevicePtr* out) {
   if (!budget_.try_take(bytes)) return refused(bytes);
-  Status status = inner_.allocate_segment(bytes, stream, out);
+  Status status = inner().allocate_segment(bytes, stream, out);
   if (!status.is_ok()) budget_.give_back(bytes);
   return status;
 }
 
 Status CappedBackend::free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle stream) {
-  Status status = inner_.free_segment(ptr, bytes, stream);
+  Status status = inner().free_segment(ptr, bytes, stream);
   if (status.is_ok()) budget_.give_back(bytes);
   return status;
 }
 
 Status CappedBackend::create_physical(std::size_t bytes, PhysicalHandle* out) {
   if (!budget_.try_take(bytes)) return refused(bytes);
-  Status status = inner_.create_physical(bytes, out);
+  Status status = inner().create_physical(bytes, out);
   if (!status.is_ok()) {
     budget_.give_back(bytes);
     return status;
@@ -47,7 +47,7 @@ Status CappedBackend::create_physical(std::size_t bytes, PhysicalHandle* out) {
     std::lock_guard<std::mutex> lock(physical_mutex_);
     physical_bytes_[*out] = bytes;
   } catch (...) {
-    (void)inner_.release_physical(*out);
+    (void)inner().release_physical(*out);
     budget_.give_back(bytes);
     return {ErrorCode::kOutOfMemory, "out of host memory recording a physical chunk"};
   }
@@ -55,7 +55,7 @@ Status CappedBackend::create_physical(std::size_t bytes, PhysicalHandle* out) {
 }
 
 Status CappedBackend::release_physical(PhysicalHandle handle) {
-  Status status = inner_.release_physical(handle);
+  Status status = inner().release_physical(handle);
   if (!status.is_ok()) return status;
   std::lock_guard<std::mutex> lock(physical_mutex_);
   if (auto it = physical_bytes_.find(handle); it != physical_bytes_.end()) {

@@ -11,8 +11,8 @@ namespace vramledger::torch_plugin {
 PrivatePoolBackend::PrivatePoolBackend(
     DeviceBackend& segments, DeviceBackend& services,
     std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign)
-    : segments_(segments), services_(services), foreign_(std::move(foreign)) {
-  info_ = services_.info();
+    : ForwardingBackend(services), segments_(segments), foreign_(std::move(foreign)) {
+  info_ = services.info();
   info_.name = "private_pool(";
   info_.name += foreign_ ? foreign_->name() : segments_.info().name;
   info_.name += ')';

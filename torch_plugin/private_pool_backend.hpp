@@ -17,12 +17,14 @@
 
 #include <atomic>
 #include <memory>
+#include <span>
 
 #include "allocator/device_backend.hpp"
+#include "allocator/forwarding_backend.hpp"
 
 namespace vramledger::torch_plugin {
 
-class PrivatePoolBackend final : public DeviceBackend {
+class PrivatePoolBackend final : public ForwardingBackend {
  public:
   // `segments` provides memory unless `foreign` is given; `services` provides streams and events.
   // Both must outlive this backend.
@@ -34,31 +36,34 @@ class PrivatePoolBackend final : public DeviceBackend {
   void allow_release(bool allowed) { release_allowed_.store(allowed); }
 
   const BackendInfo& info() const override { return info_; }
-  Status memory_info(std::size_t* free_bytes, std::size_t* total_bytes) override {
-    return services_.memory_info(free_bytes, total_bytes);
-  }
   Status allocate_segment(std::size_t bytes, StreamHandle stream, DevicePtr* out) override;
   Status free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle stream) override;
-
-  Status create_event(EventHandle* out) override { return services_.create_event(out); }
-  Status destroy_event(EventHandle event) override { return services_.destroy_event(event); }
-  Status record_event(EventHandle event, StreamHandle stream) override {
-    return services_.record_event(event, stream);
+  // Segments only (see above): no virtual memory, whatever the device backend offers.
+  Status create_physical(std::size_t bytes, PhysicalHandle* out) override {
+    return DeviceBackend::create_physical(bytes, out);
   }
-  Status query_event(EventHandle event, EventState* state) override {
-    return services_.query_event(event, state);
+  Status release_physical(PhysicalHandle handle) override {
+    return DeviceBackend::release_physical(handle);
   }
-  Status synchronize_event(EventHandle event) override {
-    return services_.synchronize_event(event);
+  Status reserve_address_range(std::size_t bytes, DevicePtr* out) override {
+    return DeviceBackend::reserve_address_range(bytes, out);
   }
-  Status stream_wait_event(StreamHandle stream, EventHandle event) override {
-    return services_.stream_wait_event(stream, event);
+  Status free_address_range(DevicePtr base, std::size_t bytes) override {
+    return DeviceBackend::free_address_range(base, bytes);
   }
-  Status synchronize_device() override { return services_.synchronize_device(); }
+  Status map_pages(DevicePtr va, std::size_t page_bytes,
+                   std::span<const PhysicalHandle> handles) override {
+    return DeviceBackend::map_pages(va, page_bytes, handles);
+  }
+  Status unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count) override {
+    return DeviceBackend::unmap_pages(va, page_bytes, count);
+  }
+  Status grant_peer_access(int peer_device) override {
+    return DeviceBackend::grant_peer_access(peer_device);
+  }
 
  private:
   DeviceBackend& segments_;
-  DeviceBackend& services_;
   std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign_;
   BackendInfo info_;
   std::atomic<bool> release_allowed_{false};
