@@ -41,9 +41,12 @@ echo "check_wheel: building the wheel against the torch of $python (pip wheel${i
   { tail -40 "$out/build.log"; fail "the wheel did not build (log: $out/build.log)"; }
 wheel=$(ls "$out"/dist/vramledger-*.whl)
 echo "check_wheel: built $wheel in $(( $(date +%s) - start )) s; it carries:"
-"$python" -m zipfile -l "$wheel" | grep -E '\.so|_bootstrap' | awk '{print "  " $1}'
+# The listing once, into a variable: `grep -q` on a pipe would close it early, and under
+# pipefail the writer's broken pipe would read as "not found".
+listing=$("$python" -m zipfile -l "$wheel")
+grep -E '\.so|_bootstrap' <<<"$listing" | awk '{print "  " $1}'
 for lib in libvramledger_torch.so libvramledger_preload.so libvramledger_route.so; do
-  "$python" -m zipfile -l "$wheel" | grep -q "vramledger/$lib" || fail "the wheel lacks vramledger/$lib"
+  grep -q "vramledger/$lib" <<<"$listing" || fail "the wheel lacks vramledger/$lib"
 done
 
 echo "check_wheel: installing it into a fresh environment ($out/venv)"
