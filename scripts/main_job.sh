@@ -22,7 +22,9 @@ if [[ ! -f "$build/build.ninja" ]]; then
 fi
 targets=(vramledger-demo)
 # vramledger-replay needs CLI11 (libcli11-dev); it is skipped where the library is missing.
-if meson introspect "$build" --targets | grep -q '"name": "vramledger-replay"'; then
+# (The listing into a variable first: grep -q closing a pipe early reads as failure under pipefail.)
+build_targets=$(meson introspect "$build" --targets)
+if grep -q '"name": "vramledger-replay"' <<<"$build_targets"; then
   targets+=(vramledger-replay)
 fi
 meson compile -C "$build" "${targets[@]}" >/dev/null
