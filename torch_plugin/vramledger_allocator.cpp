@@ -207,40 +207,32 @@ DevicePtr VramledgerAllocator::allocate_in(DeviceAllocators& state, MemoryPool& 
   const TagId tag = current_tag();
   const std::size_t block = torch_power2_division_block(bytes);  // torch's rounding setting
   std::string failure;
-  try {
-    return pool.policy().allocate(bytes, stream_handle, tag, block);
-  } catch (const OutOfMemoryError& error) {
-    failure = error.what();
-  } catch (const Error& error) {
-    // A private pool may not return segments while graphs use it: for the caller that is
-    // simply out of memory (PyTorch behaves the same way).
-    if (!(pool.is_private() && error.code() == ErrorCode::kNotSupported)) {
-      state.release_block_of(pool);
-      raise(error, "allocation failed");
+  // One attempt in `pool`: the block, or nothing with `failure` set when it is out of memory. A
+  // private pool may not return segments while graphs use it: for the caller that is simply out
+  // of memory (PyTorch behaves the same way). Any other error ends the request.
+  auto attempt = [&]() -> std::optional<DevicePtr> {
+    try {
+      return pool.policy().allocate(bytes, stream_handle, tag, block);
+    } catch (const OutOfMemoryError& error) {
+      failure = error.what();
+    } catch (const Error& error) {
+      if (!(pool.is_private() && error.code() == ErrorCode::kNotSupported)) {
+        state.release_block_of(pool);
+        raise(error, "allocation failed");
+      }
+      failure = error.what();
     }
-    failure = error.what();
-  }
-
+    return std::nullopt;
+  };
+  if (std::optional<DevicePtr> address = attempt()) return *address;
   // Memory of pools torch released but whose blocks lingered: give it back, then try again.
   if (!pool.is_private() && !any_capture_underway() && state.has_retired_pools()) {
     state.empty_cache({0, 0});
-    try {
-      return pool.policy().allocate(bytes, stream_handle, tag, block);
-    } catch (const OutOfMemoryError& error) {
-      failure = error.what();
-    } catch (const Error& error) {
-      raise(error, "allocation failed");
-    }
+    if (std::optional<DevicePtr> address = attempt()) return *address;
   }
   // Other libraries' idle memory in the preload shim's routed cache (routing mode only).
   if (!pool.is_private() && release_routed_cache_idle() > 0) {
-    try {
-      return pool.policy().allocate(bytes, stream_handle, tag, block);
-    } catch (const OutOfMemoryError& error) {
-      failure = error.what();
-    } catch (const Error& error) {
-      raise(error, "allocation failed");
-    }
+    if (std::optional<DevicePtr> address = attempt()) return *address;
   }
   // Pools created with MemPool(use_on_oom=True) volunteer their memory last.
   if (!pool.is_private()) {
