@@ -1,6 +1,22 @@
 #include "allocator/allocator_events.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace vramledger {
+
+AllocatorObserver::~AllocatorObserver() {
+  const int attached = attached_allocators_.load();
+  if (attached == 0) return;
+  // Not an exception: destructors must not throw, and carrying on would corrupt memory the
+  // next time one of those allocators reports.
+  std::fprintf(stderr,
+               "vramledger: fatal: an allocator observer (e.g. the ledger) is being destroyed while "
+               "%d CachingAllocator(s) still report to it; destroy the allocators first (or "
+               "declare the ledger before them, so it outlives them)\n",
+               attached);
+  std::abort();
+}
 
 const char* to_string(EventKind kind) noexcept {
   switch (kind) {

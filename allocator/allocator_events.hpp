@@ -3,6 +3,7 @@
 // pure functions of this event stream, so they can be replayed and recomputed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,12 +56,25 @@ struct AllocatorEvent {
 
 class AllocatorObserver {
  public:
-  virtual ~AllocatorObserver() = default;
+  AllocatorObserver() = default;
+  AllocatorObserver(const AllocatorObserver&) = delete;
+  AllocatorObserver& operator=(const AllocatorObserver&) = delete;
+  // Destroying an observer that an allocator still reports to would turn that allocator's next
+  // event into a use after free: it is a fatal error with a message instead.
+  virtual ~AllocatorObserver();
   // Called with the allocator's lock held, in the order the changes happened. Must not throw
   // and must not call back into the allocator.
   virtual void on_event(const AllocatorEvent& event) noexcept = 0;
   // A human-readable account attached to out-of-memory errors.
   virtual std::string describe() const { return {}; }
+
+  // Called by CachingAllocator as it starts and stops reporting to this observer.
+  void attach_allocator() noexcept { attached_allocators_.fetch_add(1); }
+  void detach_allocator() noexcept { attached_allocators_.fetch_sub(1); }
+  int attached_allocators() const noexcept { return attached_allocators_.load(); }
+
+ private:
+  std::atomic<int> attached_allocators_{0};
 };
 
 }  // namespace vramledger

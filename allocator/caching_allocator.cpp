@@ -215,8 +215,13 @@ inline std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, Strea
 
 CachingAllocator::CachingAllocator(DeviceBackend& backend, AllocatorObserver* observer,
                                    AllocatorOptions options)
-    : impl_(std::make_unique<Impl>(backend, observer, options)) {}
-CachingAllocator::~CachingAllocator() = default;
+    : impl_(std::make_unique<Impl>(backend, observer, options)), observer_(observer) {
+  if (observer_ != nullptr) observer_->attach_allocator();
+}
+CachingAllocator::~CachingAllocator() {
+  impl_.reset();  // returns the cache, still reporting to the observer
+  if (observer_ != nullptr) observer_->detach_allocator();
+}
 
 DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                                      std::size_t block_bytes) {

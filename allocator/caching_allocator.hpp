@@ -138,6 +138,7 @@ class CachingAllocator {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
+  AllocatorObserver* observer_ = nullptr;  // attached for the allocator's whole life
 };
 
 }  // namespace vramledger

@@ -4,6 +4,8 @@
 // includes). It also shows the policy works with no observer at all.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include "allocator/caching_allocator.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 
@@ -31,6 +33,33 @@ TEST_P(PolicyAloneTest, AllocatesFreesAndCountsWithoutAnObserver) {
   census = allocator.census();
   EXPECT_EQ(census.pools[0].reserved_bytes + census.pools[1].reserved_bytes, 0);
   EXPECT_EQ(device.physical_bytes_in_use(), 0u);
+}
+
+// An observer (the ledger) destroyed while an allocator still reports to it: a fatal error that
+// names the mistake at once, never a use after free at the allocator's next event.
+TEST(ObserverLifetime, DestroyingAnObserverBeforeItsAllocatorIsFatal) {
+  struct Counting final : AllocatorObserver {
+    void on_event(const AllocatorEvent&) noexcept override { ++events; }
+    int events = 0;
+  };
+  EXPECT_DEATH(
+      {
+        SimulatedDevice device;
+        auto observer = std::make_unique<Counting>();
+        CachingAllocator allocator(device, observer.get(), AllocatorOptions{});
+        observer.reset();
+      },
+      "still report to it");
+  // Declared in the right order (the observer outlives the allocator): attached, then detached.
+  SimulatedDevice device;
+  Counting observer;
+  {
+    CachingAllocator allocator(device, &observer, AllocatorOptions{});
+    EXPECT_EQ(observer.attached_allocators(), 1);
+    allocator.deallocate(allocator.allocate(1000, 0));
+  }
+  EXPECT_EQ(observer.attached_allocators(), 0);
+  EXPECT_GT(observer.events, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Heaps, PolicyAloneTest, ::testing::Values(false, true),
