@@ -1,7 +1,7 @@
 // Which library a caller belongs to, from the path of the object that holds its code.
 #pragma once
 
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 
 namespace vramledger::preload {
 

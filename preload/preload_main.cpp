@@ -9,7 +9,7 @@
 #include "preload/routing.hpp"
 #include "preload/torch_install.hpp"
 #include "preload/usage_counters.hpp"
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 
 namespace vramledger::preload {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "preload/allocation_table.hpp"
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 
 namespace vramledger::preload {
 

@@ -1,6 +1,6 @@
 // The C functions of vramledger_c_api.h: thin wrappers that turn exceptions into return codes
 // (except vramledger_malloc, which must throw like every torch allocator).
-#include "torch_plugin/vramledger_c_api.h"
+#include "abi/vramledger_c_api.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>

@@ -18,7 +18,7 @@
 #include "accounting/classification/non_torch_tracked.hpp"
 #include "accounting/classification/process_classification.hpp"
 #include "accounting/classification/process_memory.hpp"
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 
 namespace vramledger::torch_plugin {
 

@@ -1,4 +1,4 @@
-// vramledger._C: the Python face of libvramledger_torch's C API (torch_plugin/vramledger_c_api.h).
+// vramledger._C: the Python face of libvramledger_torch's C API (abi/vramledger_c_api.h).
 // Plain CPython API: nothing here touches torch objects, so the module does not depend on the
 // pybind11 version torch was built with. The package's __init__ imports torch first, which loads
 // the libc10 / libcudart this library links against.
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "torch_plugin/vramledger_c_api.h"
+#include "abi/vramledger_c_api.h"
 
 namespace {
 

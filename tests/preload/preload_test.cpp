@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 #include "tests/preload/fake_cuda.h"
 
 namespace {

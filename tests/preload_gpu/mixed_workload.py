@@ -42,7 +42,7 @@ NCCL, CUBLAS, CUDNN, TRITON, JIT, TORCH, VRAMLEDGER, USER, UNKNOWN, ROUTED_IDLE 
 MiB = 1 << 20
 
 
-# --- the shim's C API (preload/vramledger_preload.h) ----------------------------------------
+# --- the shim's C API (abi/vramledger_preload.h) ----------------------------------------
 
 class CategoryStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in

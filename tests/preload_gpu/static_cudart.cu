@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "preload/vramledger_preload.h"
+#include "abi/vramledger_preload.h"
 
 namespace {
 

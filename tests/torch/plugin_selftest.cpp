@@ -23,7 +23,7 @@
 #include "torch_plugin/torch_compat.hpp"
 #include "torch_plugin/torch_settings.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
-#include "torch_plugin/vramledger_c_api.h"
+#include "abi/vramledger_c_api.h"
 
 namespace vramledger::torch_plugin {
 namespace {

@@ -14,7 +14,7 @@
 #include "accounting/classification/manual_process_memory_source.hpp"
 #include "torch_plugin/process_report.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
-#include "torch_plugin/vramledger_c_api.h"
+#include "abi/vramledger_c_api.h"
 
 namespace vramledger::torch_plugin {
 namespace {

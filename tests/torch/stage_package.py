@@ -41,7 +41,7 @@ def main(argv):
     built += glob.glob(os.path.join(build, "preload", "libvramledger_route.so"))
     for path in built:
         shutil.copy2(path, package)
-    shutil.copy2(os.path.join(REPO, "torch_plugin", "vramledger_c_api.h"), package)
+    shutil.copy2(os.path.join(REPO, "abi", "vramledger_c_api.h"), package)
     print(f"stage_package: {package}")
     return 0
 
