@@ -129,12 +129,7 @@ void DeviceAllocators::create_or_incref_pool_locked(
     it->second->use_count++;
     return;
   }
-  const bool plain_segments =
-      backend_->info().name == "cuda_malloc" || backend_->info().name == "simulated";
-  if (!pool_segment_backend_ && !plain_segments) {
-    pool_segment_backend_ = make_cuda_backend("cuda_malloc", device_);
-  }
-  DeviceBackend& segments = pool_segment_backend_ ? *pool_segment_backend_ : *backend_;
+  DeviceBackend& segments = plain_segment_backend_locked();
   AllocatorOptions options = config_.options;
   options.cap_bytes = cap_bytes_;
   options.no_split = no_split_pools_.erase(id) > 0;
@@ -277,22 +272,24 @@ LedgerCounters DeviceAllocators::counters() const {
   return ledger_.counters();
 }
 
+DeviceBackend& DeviceAllocators::plain_segment_backend_locked() {
+  const bool plain_segments =
+      backend_->info().name == "cuda_malloc" || backend_->info().name == "simulated";
+  if (!pool_segment_backend_ && !plain_segments) {
+    pool_segment_backend_ = make_cuda_backend("cuda_malloc", device_);
+  }
+  return pool_segment_backend_ ? *pool_segment_backend_ : *backend_;
+}
+
 DevicePtr DeviceAllocators::allocate_uncached(std::size_t bytes, cudaStream_t stream) {
   DeviceBackend* segments = nullptr;
   {
     std::lock_guard<std::mutex> lock(pools_mutex_);
-    const bool plain_segments =
-        backend_->info().name == "cuda_malloc" || backend_->info().name == "simulated";
-    if (!pool_segment_backend_ && !plain_segments) {
-      pool_segment_backend_ = make_cuda_backend("cuda_malloc", device_);
-    }
-    segments = pool_segment_backend_ ? pool_segment_backend_.get() : backend_.get();
+    segments = &plain_segment_backend_locked();
   }
   DevicePtr ptr = 0;
-  const Status status =
-      segments->allocate_segment(bytes, reinterpret_cast<StreamHandle>(stream), &ptr);
-  if (status.code() == ErrorCode::kOutOfMemory) throw OutOfMemoryError(status.message());
-  if (!status.is_ok()) throw Error(status.code(), status.message());
+  throw_if_error(segments->allocate_segment(bytes, reinterpret_cast<StreamHandle>(stream), &ptr),
+                 "cudaMalloc with caching disabled");
   uncached_bytes_.fetch_add(static_cast<std::int64_t>(bytes));
   return ptr;
 }
@@ -301,10 +298,10 @@ void DeviceAllocators::free_uncached(DevicePtr ptr, std::size_t bytes, cudaStrea
   DeviceBackend* segments = nullptr;
   {
     std::lock_guard<std::mutex> lock(pools_mutex_);
-    segments = pool_segment_backend_ ? pool_segment_backend_.get() : backend_.get();
+    segments = &plain_segment_backend_locked();
   }
-  const Status status = segments->free_segment(ptr, bytes, reinterpret_cast<StreamHandle>(stream));
-  if (!status.is_ok()) throw Error(status.code(), status.message());
+  throw_if_error(segments->free_segment(ptr, bytes, reinterpret_cast<StreamHandle>(stream)),
+                 "cudaFree with caching disabled");
   uncached_bytes_.fetch_sub(static_cast<std::int64_t>(bytes));
 }
 

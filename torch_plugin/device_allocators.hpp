@@ -138,6 +138,9 @@ class DeviceAllocators {
   };
 
   MemoryPool& private_pool_locked(c10::MempoolId_t id);  // throws if unknown
+  // Plain device segments (cudaMalloc), never the paged heap or a stream-ordered pool: what
+  // private pools and caching-disabled requests use. Created on first use, under pools_mutex_.
+  DeviceBackend& plain_segment_backend_locked();
   void create_or_incref_pool_locked(c10::MempoolId_t id,
                                     std::shared_ptr<c10_alloc::CUDAAllocator> foreign);
   void retire_locked(std::map<c10::MempoolId_t, std::unique_ptr<MemoryPool>>::iterator it);
