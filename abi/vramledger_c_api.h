@@ -104,6 +104,11 @@ VRAMLEDGER_API void vramledger_reset_accumulated_stats(int device);
 VRAMLEDGER_API int vramledger_tag_push(const char* name);
 VRAMLEDGER_API void vramledger_tag_pop(void);
 
+/* A sentence appended to this process's out-of-memory messages on `device` (NULL or "" removes
+ * it). The budget board (docs/board.md) keeps it naming the other instances on the GPU and what
+ * they hold and claim. Returns 0, or -1 for an invalid device. */
+VRAMLEDGER_API int vramledger_set_oom_note(int device, const char* note);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,12 +9,14 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "accounting/tag_registry.hpp"
 #include "torch_plugin/install.hpp"
+#include "torch_plugin/oom_note.hpp"
 #include "torch_plugin/process_report.hpp"
 #include "torch_plugin/stats_json.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
@@ -233,6 +235,16 @@ int vramledger_tag_push(const char* name) {
 
 void vramledger_tag_pop(void) {
   if (!tag_scopes.empty()) tag_scopes.pop_back();
+}
+
+int vramledger_set_oom_note(int device, const char* note) {
+  try {
+    if (device < 0) throw std::invalid_argument("vramledger_set_oom_note: invalid device " + std::to_string(device));
+    vramledger::torch_plugin::set_oom_note(device, note ? note : "");
+    return 0;
+  } catch (const std::exception& error) {
+    return fail(error);
+  }
 }
 
 }  // extern "C"

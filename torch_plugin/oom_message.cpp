@@ -9,6 +9,7 @@
 
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/memory_pool.hpp"
+#include "torch_plugin/oom_note.hpp"
 #include "torch_plugin/process_report.hpp"
 
 namespace vramledger::torch_plugin {
@@ -85,6 +86,9 @@ std::string out_of_memory_message(DeviceAllocators& state, const MemoryPool& poo
       << "; graph and other private pools hold " << size_text(private_pools) << ".";
   out << additive_account(state);
   if (!detail.empty()) out << " vramledger: " << detail;
+  // The budget board's account of the other instances on this GPU, when one is kept.
+  const std::string note = oom_note(static_cast<int>(state.device()));
+  if (!note.empty()) out << " " << note;
   return out.str();
 }
 
