@@ -118,3 +118,26 @@ elif [[ -x "$venv/bin/python" ]]; then
       echo "setup: WARNING: could not install torch==$TORCH_VERSION; the torch plugin is not built" >&2
   fi
 fi
+
+# What `import torch` needs beyond torch itself, for the CPU tests that run torch.distributed
+# (tests/board/test_cluster.py: the cluster report over gloo): torch's pure-Python dependencies
+# and the three CUDA libraries libtorch_cuda links that the CUDA toolkit lacks (cuFile,
+# cuSPARSELt, NVSHMEM; ~230 MB), pinned to torch 2.11.0's own requirements. The tests put their
+# lib folders on LD_LIBRARY_PATH. Without them those tests report themselves skipped.
+torch_runtime=(typing_extensions filelock sympy networkx jinja2 fsspec nvidia-cufile==1.15.1.6
+               nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5)
+if [[ "${VRAMLEDGER_SETUP_TORCH:-1}" != 0 && -x "$venv/bin/python" ]] &&
+   "$venv/bin/python" -c "import importlib.metadata as m; m.version('torch')" 2>/dev/null; then
+  if "$venv/bin/python" -c "import importlib.metadata as m
+for name in ('typing_extensions', 'sympy', 'networkx', 'jinja2', 'fsspec', 'filelock',
+             'nvidia-cufile', 'nvidia-cusparselt-cu13', 'nvidia-nvshmem-cu13'):
+    m.version(name)" 2>/dev/null; then
+    echo "setup: torch's runtime dependencies present in $venv"
+  else
+    echo "setup: installing torch's runtime dependencies into $venv (PyPI, ~230 MB: pure-Python" \
+         "packages, cuFile, cuSPARSELt, NVSHMEM) so the CPU tests can import torch.distributed"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${torch_runtime[@]}" ||
+      echo "setup: WARNING: could not install torch's runtime dependencies; the cluster report" \
+           "test over gloo is reported skipped" >&2
+  fi
+fi

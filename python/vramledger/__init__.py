@@ -76,6 +76,7 @@ __all__ = [
     "reset_accumulated_stats",
     "library_path",
     "pluggable_allocator",
+    "cluster_report",
 ]
 
 __version__ = "0.1.0"
@@ -91,6 +92,31 @@ def install(conf: Optional[str] = None) -> None:
     if conf is None:
         conf = os.environ.get("VRAMLEDGER_CONF", "")
     _native().install(conf)
+    _start_board()
+
+
+def _start_board() -> None:
+    """Publishes this process's figures on its GPUs' budget boards (docs/board.md) from a
+    background thread, unless $VRAMLEDGER_BOARD is 0. Never fails the install."""
+    if os.environ.get("VRAMLEDGER_BOARD", "1") == "0":
+        return
+    try:
+        from .board.publisher import start_publishing
+
+        start_publishing()
+    except Exception as error:  # the board is an extra; the allocator works without it
+        import sys
+
+        print(f"vramledger: budget board not started: {error}", file=sys.stderr)
+
+
+def cluster_report(format: str = "json", group: Any = None) -> Any:
+    """Every rank's books in one document, gathered over torch.distributed (gloo or NCCL; a
+    collective: call it on every rank). format: "json", "dict", "html" or "prometheus";
+    docs/report_schema.md, "Cluster report"."""
+    from .cluster import cluster_report as gather
+
+    return gather(format=format, group=group)
 
 
 def is_installed() -> bool:

@@ -33,6 +33,11 @@ cublas,user. It needs the shim, so it implies --track-non-torch.
 prints the paths of vramledger's parts: the shared library for CUDAPluggableAllocator, the
 LD_PRELOAD shim, the routing mode's library (next to the shim) and the bootstrap folder, one a
 line; a part that is missing reads "not found (...)" with the reason, and the exit status is 1.
+
+    vramledger top [--json] [--once] [--interval S] [--dir DIR]
+
+shows the processes on each GPU with their additive lines and claims, from this user's budget
+boards (vramledger/top.py, docs/board.md); needs neither torch nor a GPU.
 """
 
 from __future__ import annotations
@@ -223,6 +228,13 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     sub.add_parser("where", help="print the paths of the plugin, the LD_PRELOAD shim, the routing "
                                  "library and the bootstrap folder")
+    top = sub.add_parser("top", help="the processes on each GPU by category, from the budget "
+                                     "boards (docs/board.md)")
+    top.add_argument("--json", action="store_true", help="print one JSON document and exit")
+    top.add_argument("--once", action="store_true", help="print the table once and exit")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    top.add_argument("--dir", default=None, help="board folder (default: $VRAMLEDGER_BOARD_DIR "
+                                                 "or /dev/shm)")
     return parser.parse_args(argv)
 
 
@@ -230,6 +242,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.command == "where":
         return where()
+    if args.command == "top":
+        from .top import main as top_main
+
+        return top_main(args.json, args.once, args.interval, args.dir)
     command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]

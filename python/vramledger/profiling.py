@@ -73,12 +73,20 @@ class ProfileResult:
     non_torch_tracked_increase_bytes: int
     non_torch_basis: str
     warnings: List[str] = field(default_factory=list)
+    # With a budget board (result(board=...)): what the other live instances hold or claimed,
+    # the room they leave, how much of the budget's KV cache that room cut (0: it did not) and
+    # what this instance claimed on the board. None without a board.
+    board_others_bytes: Optional[int] = None
+    board_room_bytes: Optional[int] = None
+    board_cut_bytes: int = 0
+    claimed_bytes: Optional[int] = None
+    board: Optional[Dict[str, Any]] = None
 
     def accounted_bytes(self) -> int:
-        """Equals budget_bytes by construction."""
+        """Equals budget_bytes by construction (the board's cut included)."""
         return (self.baseline_bytes + self.weights_bytes + self.other_torch_bytes
                 + self.non_torch_increase_bytes + self.peak_activation_bytes
-                + self.kv_cache_budget_bytes)
+                + self.kv_cache_budget_bytes + self.board_cut_bytes)
 
     def log_lines(self) -> List[str]:
         """vLLM's wording, as the C++ ProfileResult::log_lines prints it."""
@@ -100,6 +108,12 @@ class ProfileResult:
             f"to profiling take {_gib(self.other_torch_bytes)}GiB; non-torch figures from "
             f"{self.non_torch_basis}.",
         ]
+        if self.board_room_bytes is not None:
+            lines.append(
+                f"budget board: other live instances hold or claim "
+                f"{_gib(self.board_others_bytes or 0)}GiB, leaving {_gib(self.board_room_bytes)}"
+                f"GiB; the board cut the KV cache by {_gib(self.board_cut_bytes)}GiB; this "
+                f"instance claims {_gib(self.claimed_bytes or 0)}GiB.")
         lines += [f"WARNING: {warning}" for warning in self.warnings]
         return lines
 
@@ -204,7 +218,15 @@ class MemoryProfile:
             self.end_profile()
 
     def result(self, utilization: Optional[float] = None,
-               budget_bytes: Optional[int] = None) -> ProfileResult:
+               budget_bytes: Optional[int] = None, board: Any = None,
+               claim: bool = True) -> ProfileResult:
+        """The profile's figures for a budget of utilization x device total (or budget_bytes).
+
+        board: a vramledger.board.Board of this GPU. Then the KV cache is also limited to the
+        room the other live instances leave (device total - each one's max(holdings, claim);
+        docs/board.md), decided under the board's decision lock, and with `claim` this
+        instance claims what it will hold (its profile's peak plus the KV cache) before the
+        lock is released, so instances deciding at once cannot both take the same bytes."""
         if (utilization is None) == (budget_bytes is None):
             raise ValueError("give exactly one of utilization or budget_bytes")
         if self._phase != "done":
@@ -242,6 +264,26 @@ class MemoryProfile:
         for when, snap in (("at begin", begin), ("at end of load", load_end),
                            ("at start of profile", profile_begin), ("at end of profile", end)):
             warnings += [f"{when}: {problem}" for problem in snap.problems]
+        board_fields: Dict[str, Any] = {}
+        if board is not None:
+            from .board.budget import room_on_board  # no torch needed
+
+            own_without_kv = budget - kv
+            with board.decision() as view:
+                room = room_on_board(view, device_total)
+                cut = max(0, kv - (room.room_bytes - own_without_kv))
+                kv -= cut
+                claimed = own_without_kv + max(kv, 0)
+                if claim:
+                    board.set_claim(claimed)
+            if cut:
+                warnings.append(f"the budget board cut the KV cache by {cut} bytes: other live "
+                                f"instances hold or claim {room.others_bytes} of "
+                                f"{device_total} bytes")
+            warnings += [f"board: {note}" for note in room.notes]
+            board_fields = dict(board_others_bytes=room.others_bytes,
+                                board_room_bytes=room.room_bytes, board_cut_bytes=cut,
+                                claimed_bytes=claimed if claim else None, board=room.as_dict())
         if kv < 0:
             warnings.append(f"the budget is exceeded by {-kv} bytes before any KV cache: "
                             f"no room for it")
@@ -251,7 +293,7 @@ class MemoryProfile:
             non_torch_increase_bytes=non_torch_increase, peak_activation_bytes=peak_activation,
             kv_cache_budget_bytes=kv, weights_tag_bytes=end.weights_tag,
             non_torch_tracked_increase_bytes=end.tracked_non_torch - begin.tracked_non_torch,
-            non_torch_basis=basis, warnings=warnings)
+            non_torch_basis=basis, warnings=warnings, **board_fields)
 
 
 def nvml_process_memory(device: Any = None) -> Callable[[], ProcessMemory]:

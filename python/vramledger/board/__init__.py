@@ -1,0 +1,37 @@
+"""The per-GPU budget board (docs/board.md): several vramledger processes on one GPU publish
+what they hold and claim what they are about to take, so instances started together budget
+around each other instead of counting each other's loading as their own.
+
+No torch needed to read it (`vramledger top`); publishing reads vramledger's own books.
+
+    from vramledger import board
+    b = board.open_for_device(0)                       # this GPU's board, a slot of our own
+    board.claim_share(b, device_total, utilization=0.5)  # before loading (optional)
+    ... prof.result(utilization=0.5, board=b) ...      # profiling.py: KV budget that fits
+    board.enforce(0)                                   # optional: cap torch at the claim
+"""
+
+from .board import Board, BoardView
+from .budget import BoardRoom, OtherInstance, claim_share, room_on_board
+from .layout import BoardFormatError, Figures
+from .shm_file import BoardError, board_directory, board_path, list_boards
+
+__all__ = [
+    "Board", "BoardView", "BoardRoom", "OtherInstance", "claim_share", "room_on_board",
+    "BoardFormatError", "Figures", "BoardError", "board_directory", "board_path", "list_boards",
+    "device_key", "open_for_device", "figures_from_report", "start_publishing",
+    "stop_publishing", "enforce", "oom_note",
+]
+
+
+def __getattr__(name):  # the torch-facing parts load torch only when used
+    if name in ("device_key", "open_for_device", "figures_from_report", "start_publishing",
+                "stop_publishing", "publisher", "timeline"):
+        from . import publisher
+
+        return getattr(publisher, name)
+    if name in ("enforce", "oom_note"):
+        from . import enforcement
+
+        return getattr(enforcement, name)
+    raise AttributeError(name)
