@@ -266,11 +266,16 @@ class MemoryProfile:
             warnings += [f"{when}: {problem}" for problem in snap.problems]
         board_fields: Dict[str, Any] = {}
         if board is not None:
-            from .board.budget import room_on_board  # no torch needed
+            from .board.budget import _fresh_usage, room_on_board  # no torch needed
 
             own_without_kv = budget - kv
+            # What processes can allocate: the allocator's device total (cudaMemGetInfo)
+            # leaves out the driver's share that NVML's total includes.
+            capacity = min(size for size in (device_total, end.total_bytes) if size) \
+                if device_total or end.total_bytes else 0
             with board.decision() as view:
-                room = room_on_board(view, device_total)
+                used, own = _fresh_usage(self._process_memory)
+                room = room_on_board(view, device_total, capacity, used, own)
                 cut = max(0, kv - (room.room_bytes - own_without_kv))
                 kv -= cut
                 claimed = own_without_kv + max(kv, 0)

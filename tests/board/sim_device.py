@@ -29,9 +29,11 @@ class SimOutOfMemory(RuntimeError):
 class SimDevice:
     """Per-process usage in a shared array (index = instance number)."""
 
-    def __init__(self, processes: int, total: int = H200_TOTAL, context=None) -> None:
+    def __init__(self, processes: int, total: int = H200_TOTAL, context=None,
+                 driver_share: int = 0) -> None:
         context = context or multiprocessing.get_context("fork")
-        self.total = total
+        self.total = total  # what processes can allocate (cudaMemGetInfo's total)
+        self.driver_share = driver_share  # in NVML's total and used, never allocatable
         self.usage = context.Array("q", processes)  # with its own lock
 
     def allocate(self, who: int, num_bytes: int) -> None:
@@ -55,7 +57,8 @@ class SimDevice:
         return sum(self.usage[:])
 
     def sample(self, who: int) -> ProcessMemory:
-        return ProcessMemory(device_used_bytes=self.used(), device_total_bytes=self.total,
+        return ProcessMemory(device_used_bytes=self.used() + self.driver_share,
+                             device_total_bytes=self.total + self.driver_share,
                              process_used_bytes=self.usage[who])
 
 

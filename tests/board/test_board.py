@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 
-from sim_device import GIB, H200_TOTAL, SimDevice, SimProcess  # noqa: E402
+from sim_device import GIB, H200_TOTAL, MIB, SimDevice, SimProcess  # noqa: E402
 from instances import kill, run_instance  # noqa: E402
 from vramledger.board import Board, BoardError, Figures, claim_share, layout, room_on_board  # noqa: E402
 from vramledger.board.enforcement import oom_note  # noqa: E402
@@ -302,6 +302,33 @@ class BoardTest(unittest.TestCase):
         self.assertIn("neighbour", note)
         self.assertIn("claims 100.00 GiB", note)
         done.set()
+
+    def test_outsiders_and_the_driver_share_are_left_out_of_the_room(self):
+        # NVML's total and used include 615 MiB the driver keeps; a process without vramledger
+        # holds 30 GiB. Neither is on the board; both are subtracted, the driver's share once.
+        share = 615 * MIB
+        device = SimDevice(3, driver_share=share)
+        device.allocate(2, 30 * GIB)  # the outsider
+        process = SimProcess(device, 0)
+        board = Board.open(self.key)
+        board.acquire("us")
+        profile = MemoryProfile(stats_fn=process.stats, reset_peaks_fn=process.reset_peaks,
+                                process_memory=lambda: device.sample(0))
+        profile.begin()
+        process.alloc(10 * GIB)
+        profile.end_load()
+        with profile.profiling():
+            process.alloc(GIB)
+            process.free(GIB)
+        result = profile.result(utilization=1.0, board=board)
+        self.assertEqual(result.device_total_bytes, H200_TOTAL + share)
+        self.assertEqual(result.board["capacity_bytes"], H200_TOTAL)
+        self.assertEqual(result.board["outside_bytes"], 30 * GIB)
+        self.assertEqual(result.board_room_bytes, H200_TOTAL - 30 * GIB)
+        self.assertEqual(result.claimed_bytes, H200_TOTAL - 30 * GIB)
+        process.alloc(result.kv_cache_budget_bytes)  # fits; the activation's 1 GiB is spare
+        self.assertLessEqual(device.used(), H200_TOTAL)
+        self.assertGreater(device.used(), H200_TOTAL - GIB - 20 * MIB)
 
     def test_claim_share_never_negative(self):
         board = Board.open(self.key)

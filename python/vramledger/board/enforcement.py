@@ -65,7 +65,7 @@ def enforce(device: Any = None, board: Optional[Board] = None) -> int:
     the cap in bytes. Needs a claim (claim_share, or a profile's result(board=...))."""
     import torch
 
-    from .. import _device_index, process_report
+    from .. import _device_index, process_report, stats
     from .publisher import open_for_device, start_publishing
 
     index = _device_index(device)
@@ -76,11 +76,13 @@ def enforce(device: Any = None, board: Optional[Board] = None) -> int:
                          "(claim_share(), or MemoryProfile.result(board=...))")
     report = json.loads(process_report(index, format="json"))
     total = int(report["device_total_bytes"])
+    # The fraction multiplies the allocator's device total (cudaMemGetInfo), not NVML's.
+    allocator_total = int(stats(index).get("total_bytes", 0)) or torch.cuda.mem_get_info(index)[1]
     non_torch = int(report["process_usage_bytes"]) - int(report["torch"]["reserved"])
     if report["basis"] != "nvml_per_process":
         non_torch = int(report["non_torch"]["tracked_total"])
     torch_cap = max(0, claim - non_torch)
-    torch.cuda.set_per_process_memory_fraction(min(1.0, torch_cap / total), index)
+    torch.cuda.set_per_process_memory_fraction(min(1.0, torch_cap / allocator_total), index)
     board.set_enforcing(True)
     _set_note_in_plugin(index, oom_note(board.read(), total, claim, torch_cap))
 
