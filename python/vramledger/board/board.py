@@ -112,6 +112,9 @@ class Board:
             raise BoardError(f"vramledger board {self.path}: opened read-only")
         with self._write_lock:
             if self._own is not None:
+                if label and label != self._label:  # the publisher may have taken it first
+                    self._label = label
+                    self._write_locked()
                 return self._own
             for index in range(self.slot_count):
                 if record_locks.try_lock(self._fd, layout.slot_offset(index)):
@@ -139,7 +142,7 @@ class Board:
 
     def publish(self, figures: layout.Figures) -> None:
         """Our figures for this GPU (checked: impossible figures raise ValueError)."""
-        self.acquire(self._label)
+        self.acquire()
         problem = figures.problem()
         if problem is not None:
             raise ValueError(f"vramledger board: refusing to publish impossible figures: {problem}")
@@ -152,14 +155,14 @@ class Board:
         count max(what we hold, what we claim) against their room."""
         if not 0 <= claim_bytes <= layout.MAX_BYTES:
             raise ValueError(f"vramledger board: claim {claim_bytes} outside [0, 1 PiB]")
-        self.acquire(self._label)
+        self.acquire()
         with self._write_lock:
             self._claim = int(claim_bytes)
             self._claim_ns = time.time_ns()
             self._write_locked()
 
     def set_enforcing(self, enforcing: bool) -> None:
-        self.acquire(self._label)
+        self.acquire()
         with self._write_lock:
             self._flags = (self._flags | layout.FLAG_ENFORCING) if enforcing \
                 else (self._flags & ~layout.FLAG_ENFORCING)

@@ -34,8 +34,11 @@ def device_key(device: int) -> str:
     import torch
 
     try:
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        text = str(torch.cuda.get_device_properties(device).uuid)
     except Exception:  # no uuid attribute, no CUDA: the index will do
+        return f"idx{device}"
+    uuid = "".join(c for c in text if c.isascii() and (c.isalnum() or c == "-"))
+    if not uuid.strip("-"):
         return f"idx{device}"
     uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
     return uuid[:64]
