@@ -35,14 +35,14 @@ struct AllocatorOptions {
   // an allocation needs is filled with as few chunks as possible: the driver's cost is per
   // mapping, not per byte (bench/results/gpu/), but a chunk is unmapped only as a whole, so
   // idle memory moves between addresses in coarser pieces. page_bytes (or less) = page by page.
-  std::size_t map_chunk_bytes = std::size_t{64} << 20;
+  std::size_t map_chunk_bytes = std::size_t{16} << 20;
   // Paged heap: idle pages are taken from the requesting stream's own addresses first, then from
   // other streams'. Before the latter (an unmap and a map each), grow reserved memory while it
   // stays within this percentage above the peak of active bytes, so streams that pass work to
   // each other keep their own pages; 0 = always take. On real training with inputs made on a
   // side stream (H200) a slack of 2 took steps from 1.80x to 0.98x native's time (unmaps 2,513
   // -> 146) for a peak of 1.0099 instead of 1.0024 of peak requested (docs/configuration.md).
-  std::size_t cross_stream_slack_percent = 2;
+  std::size_t cross_stream_slack_percent = 1;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
   // Segment heap: never split a block, so every allocation owns a whole segment sized to it
@@ -50,11 +50,16 @@ struct AllocatorOptions {
   bool no_split = false;
   // Use the paged heap when the backend supports virtual memory.
   bool use_paged_heap = true;
-  // Paged heap, experimental (off until measured on a GPU): when a stream needs pages and its
-  // own free pages are still used by work queued before their free, map their physical memory at
-  // the new address too instead of growing (stream order makes the new use safe); the old
-  // address is unmapped once that work has finished, and is not used until then.
-  bool alias_pending_pages = false;
+  // Paged heap: when a stream needs pages and its own free pages are still used by work queued
+  // before their free, map their physical memory at the new address too instead of growing
+  // (stream order makes the new use safe); the old address is unmapped once that work has
+  // finished, and is not used until then. Without it, which pages are reusable depends on how far
+  // the GPU has got (docs/configuration.md).
+  bool alias_pending_pages = true;
+  // Before growing, a stream's blocks still awaiting other streams (record_stream) are made
+  // reusable by queueing a GPU-side wait on those streams' events (stream-ordered reuse, as
+  // cudaMallocAsync's internal dependencies) instead of waiting for the CPU to see them complete.
+  bool adopt_pending_frees = true;
 };
 
 }  // namespace vramledger

@@ -59,8 +59,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 16>& key_table() {
-  static const std::array<KeySpec, 16> table = {{
+const std::array<KeySpec, 17>& key_table() {
+  static const std::array<KeySpec, 17> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -124,6 +124,8 @@ const std::array<KeySpec, 16>& key_table() {
       {"paged_heap", "paged_heap", ValueKind::kBool, {}, &AllocatorOptions::use_paged_heap},
       {"alias_pending_pages", "alias_pending_pages", ValueKind::kBool, {},
        &AllocatorOptions::alias_pending_pages},
+      {"adopt_pending_frees", "adopt_pending_frees", ValueKind::kBool, {},
+       &AllocatorOptions::adopt_pending_frees},
   }};
   return table;
 }

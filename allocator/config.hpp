@@ -20,8 +20,10 @@
 //                         bytes before taking idle pages from another stream (0 = always take)
 //   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
 //   paged_heap            true | false (case-insensitive)
-//   alias_pending_pages   true | false: paged heap, reuse a stream's own pages whose last use is
-//                         still queued at a new address by mapping them there too (experimental)
+//   alias_pending_pages   true | false (default true): paged heap, reuse a stream's own pages
+//                         whose last use is still queued at a new address by mapping them there
+//   adopt_pending_frees   true | false (default true): before growing, make a stream wait on the
+//                         GPU for other streams' uses of its pending frees and reuse them
 //
 // Units are binary: KiB = 2^10, MiB = 2^20, GiB = 2^30 bytes. Numbers are unsigned decimal
 // integers. AllocatorOptions fields without a key keep their defaults.

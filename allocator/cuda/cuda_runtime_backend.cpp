@@ -84,6 +84,15 @@ Status CudaRuntimeBackend::synchronize_event(EventHandle event) {
 }
 
 Status CudaRuntimeBackend::stream_wait_event(StreamHandle stream, EventHandle event) {
+  // A capturing stream may only wait on events recorded in the same capture; the policy's
+  // events were recorded outside it, and a refused wait would invalidate the capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(as_stream(stream), &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // the wait below reports what is wrong with the stream
+  } else if (capture != cudaStreamCaptureStatusNone) {
+    return {ErrorCode::kNotSupported,
+            "cudaStreamWaitEvent: " + stream_args(stream) + " is capturing a CUDA graph"};
+  }
   return check_runtime(
       cudaStreamWaitEvent(as_stream(stream), as_event(event), 0), "cudaStreamWaitEvent",
       [&] { return stream_args(stream) + ", " + event_args(event); }, HandleRole::kStream);

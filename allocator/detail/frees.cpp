@@ -1,5 +1,7 @@
 // Frees. A block no other stream used is free at once; one recorded on other streams
-// (record_stream) stays active until events recorded there at free time complete.
+// (record_stream) stays active until events recorded there at free time complete — or until its
+// own stream needs memory and adopts it (adopt_pending_frees): the stream then waits on those
+// events on the GPU, so its new work is ordered after every use, and the block is free at once.
 #include <vector>
 
 #include "allocator/detail/policy_state.hpp"
@@ -160,6 +162,49 @@ inline void CachingAllocator::Impl::process_completed_frees_locked() {
       complete_free(entry.block, EventKind::kFreeCompleted);
     }
   }
+}
+
+// Stream-ordered reuse of cross-stream frees (AllocatorOptions::adopt_pending_frees): every
+// block of `owner`'s `pool` still awaiting other streams becomes free on `owner` after `owner` is
+// made to wait, on the GPU, for the events recorded at its free. Work queued on `owner` from now
+// on runs after every use of the block, so reusing it is as safe as reusing a block freed on the
+// stream itself; whether it happens no longer depends on how far the GPU has got. A block whose
+// wait cannot be queued (a capturing or broken stream) stays pending. Returns the blocks adopted.
+inline std::size_t CachingAllocator::Impl::adopt_pending_frees(StreamHeaps& owner, PoolKind pool) {
+  if (!options_.adopt_pending_frees || pending_.empty()) return 0;
+  std::size_t adopted = 0;
+  for (std::size_t i = 0; i < pending_.size();) {
+    Block* block = pending_[i].block;
+    if (block->range->owner != &owner || block->range->pool != pool) {
+      ++i;
+      continue;
+    }
+    // All of the block's events, or none: a wait that fails leaves it pending as it was (the
+    // waits already queued only delay the stream).
+    bool queued = true;
+    for (const PendingEvent& entry : pending_) {
+      if (entry.block == block && !backend_.stream_wait_event(owner.stream, entry.event)) {
+        queued = false;
+        break;
+      }
+    }
+    if (!queued) {
+      ++i;
+      continue;
+    }
+    // The waits captured the events' work: the handles may be recorded again.
+    for (std::size_t k = pending_.size(); k-- > 0;) {
+      if (pending_[k].block != block) continue;
+      spare_events_.push_back(pending_[k].event);
+      pending_[k] = pending_.back();
+      pending_.pop_back();
+    }
+    live_.erase(block->address);
+    complete_free(block, EventKind::kFreeCompleted);
+    ++adopted;
+    i = 0;  // the removals reordered pending_
+  }
+  return adopted;
 }
 
 }  // namespace vramledger

@@ -7,13 +7,16 @@
 
 namespace vramledger {
 
-// alias_pending_pages: a chunk of `owner`'s own, wholly inside a free block whose last use is
+// alias_pending_pages: a chunk of `owner`'s, wholly inside a free block whose last use is
 // still queued (so it cannot be unmapped yet), of at most `max_pages` pages. Its physical
 // memory leaves the old address (which turns retiring: still mapped in the driver, unusable)
-// for the caller to map at the new one. Work queued on the stream before the free runs before
-// anything the new address is used for, so the sharing is safe; the ledger sees an unmap here.
+// for the caller to map at the new one. For `owner`'s own new address (no `requester`, or
+// `owner` itself), work queued on the stream before the free runs before anything the new
+// address is used for; another `requester` stream is first made to wait on the GPU for the
+// fence covering the free. Either way the sharing is safe; the ledger sees an unmap here.
 inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
-    StreamHeaps& owner, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion) {
+    StreamHeaps& owner, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion,
+    StreamHeaps* requester) {
   retire_mappings(owner, /*wait=*/false);
   const int p = pool_index(pool);
   for (AddressRange* span : owner.ranges[p]) {
@@ -33,6 +36,10 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
       });
       if (!head) continue;
       issue_fence(owner);  // the fence that will prove the old address idle must exist
+      if (requester != nullptr && requester != &owner &&
+          !order_after_fence(*requester, owner, b->freed_at_fence)) {
+        return std::nullopt;
+      }
       const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
       span->set_retiring(*head, chunk.pages, true);
       owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle});
@@ -44,6 +51,30 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
     }
   }
   return std::nullopt;
+}
+
+// A chunk of another stream's pending pages for `requester` (see alias_pending_chunk).
+inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_other_streams_pending_chunk(
+    StreamHeaps& requester, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion) {
+  for (auto& heaps : streams_) {
+    if (heaps.get() == &requester) continue;
+    if (auto chunk = alias_pending_chunk(*heaps, pool, max_pages, exclusion, &requester)) {
+      return chunk;
+    }
+  }
+  return std::nullopt;
+}
+
+// Makes `waiter` wait, on the GPU, for the fence of `owner` that covers frees made while
+// owner.next_fence was `sequence` (issued already). False when the wait cannot be queued.
+inline bool CachingAllocator::Impl::order_after_fence(StreamHeaps& waiter, StreamHeaps& owner,
+                                                      std::uint64_t sequence) {
+  poll_fences(owner);
+  if (owner.completed_fence >= sequence) return true;
+  for (const auto& [event, fence] : owner.outstanding_fences) {
+    if (fence >= sequence) return backend_.stream_wait_event(waiter.stream, event).is_ok();
+  }
+  return false;
 }
 
 // Unmaps the old addresses of aliased chunks once the work queued before their free has

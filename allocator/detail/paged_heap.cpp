@@ -12,6 +12,11 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
                                                      std::size_t size) {
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
+  // Before growing, blocks of this stream still awaiting other streams become reusable here.
+  if ((block == nullptr || pages_to_map(*block->range, block->address, size) > 0) &&
+      adopt_pending_frees(heaps, pool) > 0) {
+    block = index.find(size);
+  }
   if (block == nullptr) {
     block = add_span(heaps, pool, size);
   } else if (pages_to_map(*block->range, block->address, size) > 0) {

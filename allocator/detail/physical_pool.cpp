@@ -114,7 +114,8 @@ inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_stream
 // Physical chunks that fill each run exactly, in order. Sources, cheapest in memory first:
 // free chunks that fit, idle mapped chunks of the owner stream that fit, its own pages still
 // in use (alias_pending_pages), new memory within the cross-stream slack, idle mapped chunks
-// of other streams that fit, new memory (in chunks of up to max_chunk_pages_, smaller when
+// of other streams that fit, other streams' pages still in use (aliased after a GPU-side wait
+// for their fence), new memory (in chunks of up to max_chunk_pages_, smaller when
 // the device is short), then under pressure: free chunks too large for the run go back to the
 // driver so smaller ones can be created, idle chunks of any size are unmapped, and finally
 // pages still in use by their streams are waited for. Throws OutOfMemoryError (leaving what
@@ -143,6 +144,9 @@ inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
         if (!chunk && unmap_idle_chunks(pool, needed, needed, /*wait=*/false, exclusion,
                                         StreamChoice::kOthers, &owner) > 0) {
           continue;
+        }
+        if (!chunk && options_.alias_pending_pages) {
+          chunk = alias_other_streams_pending_chunk(owner, pool, needed, exclusion);
         }
         for (std::size_t want = std::min(needed, chunk_pages); !chunk && want > 0;
              want /= 2) {

@@ -261,7 +261,13 @@ class CachingAllocator::Impl {
 
   std::optional<PhysicalChunk> alias_pending_chunk(StreamHeaps& owner, PoolKind pool,
                                                    std::size_t max_pages,
-                                                   const PageExclusion& exclusion);
+                                                   const PageExclusion& exclusion,
+                                                   StreamHeaps* requester = nullptr);
+  std::optional<PhysicalChunk> alias_other_streams_pending_chunk(StreamHeaps& requester,
+                                                                 PoolKind pool,
+                                                                 std::size_t max_pages,
+                                                                 const PageExclusion& exclusion);
+  bool order_after_fence(StreamHeaps& waiter, StreamHeaps& owner, std::uint64_t sequence);
   void retire_mappings(StreamHeaps& heaps, bool wait, const AddressRange* span = nullptr,
                        std::size_t first = 0, std::size_t last = SIZE_MAX);
   void retire(StreamHeaps& heaps, std::size_t index);
@@ -272,6 +278,7 @@ class CachingAllocator::Impl {
   EventHandle take_event();
   void complete_free(Block* block, EventKind kind);
   void process_completed_frees_locked();
+  std::size_t adopt_pending_frees(StreamHeaps& owner, PoolKind pool);
 
   // ---- giving memory back (detail/cache_release.cpp)
 

@@ -9,6 +9,7 @@ inline Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps,
                                                              std::size_t size) {
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
+  if (block == nullptr && adopt_pending_frees(heaps, pool) > 0) block = index.find(size);
   if (block == nullptr) block = add_segment(heaps, pool, size);
   index.remove(block);
   set_inactive_split(block, false);

@@ -17,10 +17,10 @@ struct SimulatedDeviceOptions {
   // cudaMalloc rounds every segment up to this; the rounding is charged against capacity but
   // the extra bytes are not accessible.
   std::size_t segment_rounding = std::size_t{2} << 20;
-  // The driver lets one physical allocation be mapped at several addresses; off, a second
-  // mapping is refused as a policy bug (the default: only AllocatorOptions::alias_pending_pages
-  // maps memory twice on purpose).
-  bool allow_aliased_mappings = false;
+  // The driver lets one physical allocation be mapped at several addresses (the policy does so
+  // on purpose with AllocatorOptions::alias_pending_pages); off, a second mapping is refused as a
+  // policy bug, for tests that prove a configuration never aliases.
+  bool allow_aliased_mappings = true;
 };
 
 }  // namespace vramledger

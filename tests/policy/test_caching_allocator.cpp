@@ -154,7 +154,13 @@ TEST_P(CachingAllocatorTest, BlocksNeverOverlapAndAreBacked) {
   EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
 }
 
+// adopt_pending_frees off: a block freed while another stream may still use it is reused only
+// once the CPU has seen that stream's event complete (PyTorch's rule).
 TEST_P(CachingAllocatorTest, CrossStreamFreeWaitsForTheOtherStream) {
+  allocator_.reset();
+  AllocatorOptions options;
+  options.adopt_pending_frees = false;
+  allocator_ = std::make_unique<CachingAllocator>(device_, &ledger_, options);
   const StreamHandle side = device_.create_stream();
   const DevicePtr p = allocator_->allocate(4 * kMiB, 0);
   allocator_->record_stream(p, side);
@@ -177,6 +183,33 @@ TEST_P(CachingAllocatorTest, CrossStreamFreeWaitsForTheOtherStream) {
   EXPECT_EQ(r, p) << "the block should be reusable once the side stream finished";
   allocator_->deallocate(q);
   allocator_->deallocate(r);
+  expect_consistent();
+}
+
+// The default (adopt_pending_frees): rather than grow, the block's own stream takes it back at
+// once, but only after a GPU-side wait on the other stream, so its new work is ordered after
+// every use of the block — whatever the CPU has seen complete.
+TEST_P(CachingAllocatorTest, CrossStreamFreeIsReusedOnlyAfterTheOtherStreamsWork) {
+  // 24 MiB fills a segment of its own, so only the pending block could serve the next request.
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr p = allocator_->allocate(24 * kMiB, 0);
+  allocator_->record_stream(p, side);
+  ASSERT_TRUE(device_.pause_stream(side));
+  const EventHandle side_reads_p = device_.enqueue_user_work(side);
+  allocator_->deallocate(p);
+  EXPECT_THROW(allocator_->deallocate(p), Error);  // double free while pending
+  const std::int64_t before = reserved();
+  const DevicePtr q = allocator_->allocate(24 * kMiB, 0);
+  EXPECT_EQ(q, p) << "the pending block should serve its own stream instead of new memory";
+  EXPECT_EQ(reserved(), before);
+  expect_consistent();
+  const EventHandle main_writes_q = device_.enqueue_user_work(0);
+  EXPECT_FALSE(device_.user_work_done(main_writes_q))
+      << "new work on the block's stream must wait for the side stream's use";
+  ASSERT_TRUE(device_.resume_stream(side));
+  EXPECT_TRUE(device_.user_work_done(side_reads_p));
+  EXPECT_TRUE(device_.user_work_done(main_writes_q));
+  allocator_->deallocate(q);
   expect_consistent();
 }
 
@@ -615,17 +648,50 @@ TEST_F(PagedHeapTest, HolesInAddressSpaceCostNoPhysicalMemory) {
   for (DevicePtr p : c) allocator_.deallocate(p);
 }
 
-TEST_F(PagedHeapTest, PagesOfAPausedStreamAreNotStolenWhileInUse) {
+// Pages freed on a stream whose work is still queued are never unmapped or handed to another
+// stream's work that could run before that work. Without aliasing they stay where they are and
+// the other stream grows; with it (the default), the other stream gets the memory at its own
+// address after a GPU-side wait for the busy stream's fence, while the old address stays mapped.
+class PagedHeapPendingPagesTest : public testing::TestWithParam<bool> {
+ protected:
+  static AllocatorOptions options() {
+    AllocatorOptions options;
+    options.alias_pending_pages = GetParam();
+    return options;
+  }
+  bool aliasing() const { return GetParam(); }
+  std::int64_t reserved() const {
+    return ledger_.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+  }
+
+  SimulatedDevice device_{SimulatedDeviceOptions{}};
+  Ledger ledger_;
+  CachingAllocator allocator_{device_, &ledger_, options()};
+};
+
+TEST_P(PagedHeapPendingPagesTest, PagesOfAPausedStreamAreNotStolenWhileInUse) {
   const StreamHandle busy = device_.create_stream();
   const StreamHandle other = device_.create_stream();
   const DevicePtr p = allocator_.allocate(8 * kMiB, busy);
   ASSERT_TRUE(device_.pause_stream(busy));
+  const EventHandle busy_reads_p = device_.enqueue_user_work(busy);
   allocator_.deallocate(p);  // work queued on `busy` may still use these pages
   const std::int64_t before = reserved();
   const DevicePtr q = allocator_.allocate(8 * kMiB, other);
-  EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
-      << "pages still in use by a running stream must not be re-mapped";
+  EXPECT_TRUE(device_.is_range_accessible(p, 8 * kMiB))
+      << "pages still in use by a running stream must stay mapped";
+  const EventHandle other_writes_q = device_.enqueue_user_work(other);
+  if (aliasing()) {
+    EXPECT_EQ(reserved(), before) << "the busy stream's memory should be aliased, not grown";
+    EXPECT_FALSE(device_.user_work_done(other_writes_q))
+        << "work on the aliased memory must wait for the busy stream";
+  } else {
+    EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
+        << "pages still in use by a running stream must not be re-mapped";
+  }
   ASSERT_TRUE(device_.resume_stream(busy));
+  EXPECT_TRUE(device_.user_work_done(busy_reads_p));
+  EXPECT_TRUE(device_.user_work_done(other_writes_q));
   const DevicePtr r = allocator_.allocate(8 * kMiB, other);
   EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB));
   allocator_.deallocate(q);
@@ -635,7 +701,7 @@ TEST_F(PagedHeapTest, PagesOfAPausedStreamAreNotStolenWhileInUse) {
 // The part of a freed block that a later allocation does not take is as busy as the whole was:
 // splitting must not make it look idle (found on the H200: a Llama training step read pages
 // that had been re-mapped elsewhere).
-TEST_F(PagedHeapTest, WhatIsSplitOffAFreedBlockStaysBusyUntilItsStreamIsDone) {
+TEST_P(PagedHeapPendingPagesTest, WhatIsSplitOffAFreedBlockStaysBusyUntilItsStreamIsDone) {
   const StreamHandle busy = device_.create_stream();
   const StreamHandle other = device_.create_stream();
   const DevicePtr p = allocator_.allocate(16 * kMiB, busy);
@@ -645,12 +711,26 @@ TEST_F(PagedHeapTest, WhatIsSplitOffAFreedBlockStaysBusyUntilItsStreamIsDone) {
   EXPECT_EQ(front, p);
   const std::int64_t before = reserved();
   const DevicePtr q = allocator_.allocate(8 * kMiB, other);
-  EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
-      << "pages of the split-off remainder were taken while its stream may still use them";
+  EXPECT_TRUE(device_.is_range_accessible(p, 16 * kMiB))
+      << "pages of the split-off remainder were unmapped while its stream may still use them";
+  const EventHandle other_writes_q = device_.enqueue_user_work(other);
+  if (aliasing()) {
+    EXPECT_EQ(reserved(), before);
+    EXPECT_FALSE(device_.user_work_done(other_writes_q));
+  } else {
+    EXPECT_EQ(reserved(), before + 8 * static_cast<std::int64_t>(kMiB))
+        << "pages of the split-off remainder were taken while its stream may still use them";
+  }
   ASSERT_TRUE(device_.resume_stream(busy));
+  EXPECT_TRUE(device_.user_work_done(other_writes_q));
   allocator_.deallocate(front);
   allocator_.deallocate(q);
 }
+
+INSTANTIATE_TEST_SUITE_P(Aliasing, PagedHeapPendingPagesTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("aliasing") : std::string("no_aliasing");
+                         });
 
 }  // namespace
 }  // namespace vramledger

@@ -18,6 +18,7 @@ constexpr std::size_t kPage = 2 * kMiB;
 SimulatedDeviceOptions small_device() {
   SimulatedDeviceOptions options;
   options.capacity_bytes = 64 * kMiB;
+  options.allow_aliased_mappings = false;  // the driver's rules, without the aliasing the policy uses
   return options;
 }
 

@@ -353,11 +353,71 @@ def test_record_stream_defers_reuse():
     # Freed, but still active until the main stream has passed b = a * 2.
     assert stats["active_bytes"]["all"]["current"] > stats["allocated_bytes"]["all"]["current"]
     with torch.cuda.stream(side):
-        c = torch.zeros(n, device="cuda")  # must not land on a's memory yet
-    assert c.data_ptr() != address
+        # May land on a's memory (its stream then waits on the GPU for main's use of a:
+        # adopt_pending_frees), but must not overwrite it before b = a * 2 has read it.
+        c = torch.zeros(n, device="cuda")
+    reused = c.data_ptr() == address
     torch.cuda.synchronize()
-    assert torch.equal(b, torch.full_like(b, 2))
+    assert torch.equal(b, torch.full_like(b, 2)), f"a's memory overwritten early (reused={reused})"
     del b, c
+
+
+def _reuses_pending_frees():
+    conf = os.environ.get("VRAMLEDGER_TEST_CONF", "")
+    return "malloc_async" not in conf and "adopt_pending_frees:false" not in conf
+
+
+def test_hostile_cross_stream_reuse_keeps_the_reader_exact():
+    """Issue 14: a side stream kept busy by a spin kernel reads a block freed with
+    record_stream while the main stream allocates and writes as fast as it can. Whatever the
+    allocator reuses, what the side stream read must be bit-exact."""
+    _settle()
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    n = 8 * MiB // 4
+    reused = 0
+    for r in range(12):
+        src = torch.arange(n, device="cuda", dtype=torch.float32) + r  # owned by main
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # the reader is still busy when main races on
+            out = src.clone()
+        src.record_stream(side)
+        address = src.data_ptr()
+        del src
+        junk = []
+        for _ in range(48):  # main: allocate and overwrite as fast as it can
+            t = torch.empty(n, device="cuda").fill_(-1.0)
+            reused += t.data_ptr() == address
+            junk.append(t)
+        del junk
+        torch.cuda.synchronize()
+        expect = torch.arange(n, device="cuda", dtype=torch.float32) + r
+        assert torch.equal(out, expect), f"round {r}: the side stream read overwritten memory"
+        del out
+    if _reuses_pending_frees():
+        assert reused > 0, "the block was never reused: the test did not exercise the hazard"
+
+
+def test_hostile_pages_of_a_busy_stream_keep_its_reader_exact():
+    """The side stream's own block, freed while a spin kernel delays its reader: the main
+    stream may take its memory (the paged heap aliases it after a GPU-side wait for the side
+    stream's fence) but must not overwrite it before the side stream has read it."""
+    _settle()
+    side = torch.cuda.Stream()
+    for r in range(12):
+        n = (6 + r % 4) * MiB // 4
+        with torch.cuda.stream(side):
+            src = torch.arange(n, device="cuda", dtype=torch.float32) - r
+            torch.cuda._sleep(20_000_000)
+            out = src.clone()
+            del src  # freed on its own stream, its last use still queued
+        junk = [torch.empty((2 + k % 5) * MiB // 4, device="cuda").fill_(7.0) for k in range(32)]
+        del junk
+        torch.cuda.synchronize()
+        expect = torch.arange(n, device="cuda", dtype=torch.float32) - r
+        assert torch.equal(out, expect), f"round {r}: the side stream read overwritten memory"
+        del out
 
 
 def test_cudnn_benchmark_conv_training_step():
