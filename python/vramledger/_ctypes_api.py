@@ -26,6 +26,10 @@ _lib.vramledger_reset_peak_stats.argtypes = [ctypes.c_int]
 _lib.vramledger_reset_accumulated_stats.argtypes = [ctypes.c_int]
 _lib.vramledger_tag_push.argtypes = [ctypes.c_char_p]
 _lib.vramledger_tag_push.restype = ctypes.c_int
+# Absent from a plugin built before the budget board (issue 18): set_oom_note says so.
+if hasattr(_lib, "vramledger_set_oom_note"):
+    _lib.vramledger_set_oom_note.argtypes = [ctypes.c_int, ctypes.c_char_p]
+    _lib.vramledger_set_oom_note.restype = ctypes.c_int
 
 
 def _raise_last_error() -> None:
@@ -85,3 +89,12 @@ def tag_push(name: str) -> None:
 def tag_pop() -> None:
     _lib.vramledger_tag_pop()
 
+
+
+def set_oom_note(device: int, text: str) -> None:
+    """The sentence vramledger's OutOfMemoryError carries on `device` (docs/board.md)."""
+    if not hasattr(_lib, "vramledger_set_oom_note"):
+        raise RuntimeError("vramledger_set_oom_note missing: the plugin predates the budget "
+                           "board; reinstall vramledger")
+    if _lib.vramledger_set_oom_note(device, text.encode("utf-8", "replace")) != 0:
+        _raise_last_error()

@@ -24,14 +24,16 @@ __all__ = [
 ]
 
 
+_LAZY = {"device_key": "publisher", "open_for_device": "publisher",
+         "figures_from_report": "publisher", "start_publishing": "publisher",
+         "stop_publishing": "publisher", "timeline": "publisher",
+         "enforce": "enforcement", "oom_note": "enforcement"}
+
+
 def __getattr__(name):  # the torch-facing parts load torch only when used
-    if name in ("device_key", "open_for_device", "figures_from_report", "start_publishing",
-                "stop_publishing", "publisher", "timeline"):
-        from . import publisher
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # import_module, not `from . import`: that asks this __getattr__ again for the submodule.
+    import importlib
 
-        return getattr(publisher, name)
-    if name in ("enforce", "oom_note"):
-        from . import enforcement
-
-        return getattr(enforcement, name)
-    raise AttributeError(name)
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

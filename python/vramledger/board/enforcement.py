@@ -14,7 +14,6 @@ string.
 
 from __future__ import annotations
 
-import ctypes
 import json
 from typing import Any, List, Optional
 
@@ -45,19 +44,14 @@ def oom_note(view: BoardView, device_total: int, claim_bytes: int,
 
 
 def _set_note_in_plugin(device: int, text: str) -> None:
-    # Straight through ctypes (the _C extension predates this function): the plugin is loaded
-    # already, so this finds the same library and its notes.
-    from .._library import library_path
+    # The _C extension predates vramledger_set_oom_note: without it, the ctypes bridge (the
+    # plugin is loaded already, so it reaches the same library and its notes).
+    from .. import _native
 
-    library = ctypes.CDLL(library_path())
-    function = getattr(library, "vramledger_set_oom_note", None)
-    if function is None:
-        raise RuntimeError("vramledger_set_oom_note missing: the plugin predates enforcement; "
-                           "reinstall vramledger")
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p]
-    function.restype = ctypes.c_int
-    if function(device, text.encode("utf-8", "replace")) != 0:
-        raise RuntimeError(f"vramledger_set_oom_note({device}) failed")
+    native = _native()
+    if not hasattr(native, "set_oom_note"):
+        from .. import _ctypes_api as native
+    native.set_oom_note(device, text)
 
 
 def enforce(device: Any = None, board: Optional[Board] = None) -> int:
