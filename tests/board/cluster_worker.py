@@ -42,7 +42,12 @@ def books(rank: int) -> tuple:
                    "reserved": reserved}
     nccl = 300 * MIB + rank
     context = 519 * MIB
-    report = {"basis": "nvml_per_process", "device_total_bytes": 143_771 * MIB,
+    lines = [{"kind": "torch", "name": f"torch {name}", "bytes": torch_lines[name]}
+             for name in ("requested", "rounding", "pending_frees", "cached_usable",
+                          "fragmentation", "unmapped_physical")]
+    lines += [{"kind": "non_torch", "name": "non-torch: nccl", "bytes": nccl},
+              {"kind": "remainder", "name": "context, modules, driver", "bytes": context}]
+    report = {"basis": "nvml_per_process", "device_total_bytes": 143_771 * MIB, "lines": lines,
               "process_usage_bytes": reserved + nccl + context, "torch": torch_lines,
               "non_torch": {"tracked_total": nccl, "by_library": {"nccl": nccl}},
               "remainder": {"label": "context, modules, driver", "bytes": context}}

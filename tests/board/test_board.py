@@ -347,6 +347,28 @@ class BoardTest(unittest.TestCase):
         self.assertEqual(got.get(timeout=30), H200_TOTAL - (H200_TOTAL * 3) // 4)
         done.set()
 
+    def test_figures_from_a_process_report_add_up(self):
+        from vramledger.board.publisher import figures_from_report
+
+        # Two devices: the report leaves the libraries out of the lines (its remainder holds
+        # them) while tracked_total still counts them; the figures follow the lines.
+        torch_lines = {"requested": 5 * GIB - 7, "rounding": 7, "pending_frees": 0,
+                       "cached_usable": GIB, "fragmentation": 3, "unmapped_physical": 0,
+                       "reserved": 6 * GIB + 3}
+        lines = [{"kind": "torch", "name": f"torch {k}", "bytes": v}
+                 for k, v in torch_lines.items() if k != "reserved"]
+        lines.append({"kind": "remainder", "name": "context, modules, driver", "bytes": GIB})
+        report = {"device": 1, "device_total_bytes": H200_TOTAL, "basis": "nvml_per_process",
+                  "process_usage_bytes": 7 * GIB + 3, "torch": torch_lines, "lines": lines,
+                  "non_torch": {"tracked_total": 300 << 20, "by_library": {"nccl": 300 << 20}},
+                  "remainder": {"bytes": GIB}}
+        stats = SimProcess(SimDevice(1), 0).stats()
+        figures = figures_from_report(report, stats)
+        self.assertIsNone(figures.problem())
+        self.assertEqual((figures.live, figures.non_torch_tracked, figures.remainder),
+                         (5 * GIB, 0, GIB))
+        Board.open(self.key).publish(figures)
+
     # --- untrusted files -----------------------------------------------------------------
 
     def _write_board(self, data: bytes, mode: int = 0o600) -> str:

@@ -87,6 +87,7 @@ class Board:
         self._claim_ns = 0
         self._flags = 0
         self._write_lock = threading.Lock()  # threads of this process share the slot
+        self._decision_lock = threading.Lock()
 
     @classmethod
     def open(cls, device_key: str, directory: Optional[str] = None, create: bool = True,
@@ -182,11 +183,18 @@ class Board:
         die) and yields a fresh view: read, decide, set_claim, all before another decides."""
         if not self.writable:
             raise BoardError(f"vramledger board {self.path}: opened read-only")
-        record_locks.lock_waiting(self._fd, record_locks.DECISION_OFFSET, timeout_s)
+        # Record locks exclude other processes only: threads of this one queue here first.
+        if not self._decision_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"another thread of this process holds the board's decision "
+                               f"lock for more than {timeout_s:.1f} s")
         try:
-            yield self.read()
+            record_locks.lock_waiting(self._fd, record_locks.DECISION_OFFSET, timeout_s)
+            try:
+                yield self.read()
+            finally:
+                record_locks.unlock(self._fd, record_locks.DECISION_OFFSET)
         finally:
-            record_locks.unlock(self._fd, record_locks.DECISION_OFFSET)
+            self._decision_lock.release()
 
     # --- reading (anyone) -------------------------------------------------------------------
 
@@ -214,7 +222,11 @@ class Board:
             offset = layout.slot_offset(index)
             if index == self._own:
                 with self._write_lock:
-                    view.slots.append(self._read_slot(index))
+                    try:
+                        view.slots.append(self._read_slot(index))
+                    except layout.BoardFormatError as error:  # someone wrote over our slot
+                        view.problems.append(f"{error} (our own slot; rewritten at the next "
+                                             "publish)")
                 continue
             holder = record_locks.holder(self._fd, offset)
             if holder is None:

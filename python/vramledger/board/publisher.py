@@ -45,8 +45,14 @@ def device_key(device: int) -> str:
 
 
 def figures_from_report(report: Dict[str, Any], stats: Dict[str, Any]) -> Figures:
-    """The board's figures from a process report (JSON, docs/report_schema.md) and stats()."""
+    """The board's figures from a process report (JSON, docs/report_schema.md) and stats().
+    Non-torch and remainder come from the report's `lines`, which sum to the usage by
+    construction (with several devices the library figures are left out of the lines and the
+    remainder holds them, while non_torch.tracked_total still counts them)."""
     torch_lines = report["torch"]
+    by_kind: Dict[str, int] = {}
+    for line in report["lines"]:
+        by_kind[line["kind"]] = by_kind.get(line["kind"], 0) + int(line["bytes"])
     return Figures(
         device_index=int(report["device"]), device_total=int(report["device_total_bytes"]),
         process_usage=int(report["process_usage_bytes"]),
@@ -56,8 +62,8 @@ def figures_from_report(report: Dict[str, Any], stats: Dict[str, Any]) -> Figure
         cached_usable=int(torch_lines["cached_usable"]),
         fragmentation=int(torch_lines["fragmentation"]),
         unmapped_physical=int(torch_lines["unmapped_physical"]),
-        non_torch_tracked=int(report["non_torch"]["tracked_total"]),
-        remainder=int(report["remainder"]["bytes"]),
+        non_torch_tracked=by_kind.get("non_torch", 0),
+        remainder=by_kind.get("remainder", 0),
         peak_reserved=int(stats["reserved_bytes"]["all"]["peak"]),
         peak_allocated=int(stats["allocated_bytes"]["all"]["peak"]),
         num_ooms=int(stats.get("num_ooms", 0)))

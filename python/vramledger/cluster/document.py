@@ -39,16 +39,20 @@ def device_entry(stats: Dict[str, Any], report: Optional[Dict[str, Any]],
         "timeline": [list(map(int, sample)) for sample in (timeline or [])],
     }
     if report is not None:
+        # Non-torch lines as the report lists them (they sum to the usage with the rest; with
+        # several devices it leaves the libraries out and its remainder holds them).
         lines = {name: int(report["torch"][name]) for name in TORCH_LINES}
-        lines["non_torch_tracked"] = int(report["non_torch"]["tracked_total"])
-        lines["remainder"] = int(report["remainder"]["bytes"])
+        libraries = {line["name"].replace("non-torch: ", "", 1): int(line["bytes"])
+                     for line in report["lines"] if line["kind"] == "non_torch"}
+        lines["non_torch_tracked"] = sum(libraries.values())
+        lines["remainder"] = sum(int(line["bytes"]) for line in report["lines"]
+                                 if line["kind"] == "remainder")
         entry.update({
             "basis": report["basis"],
             "process_usage_bytes": int(report["process_usage_bytes"]),
             "device_total_bytes": int(report["device_total_bytes"]),
             "lines": lines,
-            "non_torch_by_library": {name: int(num) for name, num
-                                     in report["non_torch"]["by_library"].items()},
+            "non_torch_by_library": libraries,
             "remainder_label": report["remainder"]["label"],
         })
     return entry
