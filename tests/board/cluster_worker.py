@@ -17,8 +17,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 warnings.filterwarnings("ignore")  # torch without numpy says so at import
 
-import torch.distributed as dist  # noqa: E402
-
 from vramledger.cluster import cluster_report, device_entry, rank_document  # noqa: E402
 
 MIB = 1 << 20
@@ -56,6 +54,8 @@ def books(rank: int) -> tuple:
 
 
 def main() -> int:
+    import torch.distributed as dist  # here: test_cluster.py imports books() without torch
+
     rank, world, store, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
 

@@ -99,6 +99,35 @@ class ClusterReportTest(unittest.TestCase):
         self.check(4)
 
 
+class MetricsServerTest(unittest.TestCase):
+    """serve_metrics: one rank's /metrics over HTTP (no torch needed when rank and world are
+    given)."""
+
+    def test_serves_the_rank_exposition(self):
+        import urllib.error
+        import urllib.request
+
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+        from vramledger.cluster import device_entry, rank_document, serve_metrics
+        from cluster_worker import books
+
+        server = serve_metrics(0, "127.0.0.1", rank=3, world_size=4,
+                               local=lambda r, w: rank_document(r, w, [device_entry(*books(r))]))
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+                text = response.read().decode()
+                self.assertIn("version=0.0.4", response.headers["Content-Type"])
+            self.assertRegex(text, r'vramledger_rank_process_usage_bytes\{rank="3",device="0",'
+                                   r'host="[^"]*"\} \d+')
+            self.assertIn('vramledger_rank_up{rank="3"', text)
+            with self.assertRaises(urllib.error.HTTPError):
+                urllib.request.urlopen(url + "/other", timeout=10)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
 if __name__ == "__main__":
     if "--meson" in sys.argv:  # tests/board/meson.build: a skip is exit status 77 there
         sys.argv.remove("--meson")
