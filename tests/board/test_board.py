@@ -369,6 +369,40 @@ class BoardTest(unittest.TestCase):
                          (5 * GIB, 0, GIB))
         Board.open(self.key).publish(figures)
 
+    def test_publisher_writes_on_change_and_heartbeat_only(self):
+        from vramledger.board.publisher import Publisher
+
+        board = Board.open(self.key)
+        state = {"live": GIB}
+
+        def figures(_device):
+            return Figures(device_total=H200_TOTAL, process_usage=state["live"] + GIB,
+                           per_process=True, live=state["live"], remainder=GIB)
+
+        def open_board(_device):
+            board.acquire("published")
+            return board
+
+        publisher = Publisher(interval_s=0.01, threshold_bytes=2 << 20, heartbeat_s=60,
+                              figures_fn=figures, devices_fn=lambda: [0], board_fn=open_board)
+        publisher.start()
+        time.sleep(0.3)
+        self.assertEqual(publisher.publishes, 1)  # unchanged figures are not written again
+        state["live"] += 1 << 20                   # below the threshold
+        time.sleep(0.1)
+        self.assertEqual(publisher.publishes, 1)
+        state["live"] += 4 << 20
+        time.sleep(0.2)
+        self.assertEqual(publisher.publishes, 2)
+        self.assertGreater(len(publisher.timelines[0]), 10)  # sampled every tick
+        view = Board.open(self.key, writable=False).read()
+        self.assertEqual(view.slots[0].figures.live, GIB + (5 << 20))
+        self.assertEqual(view.slots[0].label, "published")
+        state["live"] = -1                         # impossible: refused, the thread stops
+        publisher.join(5)
+        self.assertFalse(publisher.is_alive())
+        self.assertIn("impossible figures", publisher.error)
+
     # --- untrusted files -----------------------------------------------------------------
 
     def _write_board(self, data: bytes, mode: int = 0o600) -> str:

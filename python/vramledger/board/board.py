@@ -96,9 +96,13 @@ class Board:
         BoardError when it cannot be trusted (a clear message saying why and what to do)."""
         from .shm_file import board_path
 
-        key = os.path.realpath(board_path(device_key, directory)) + ("" if writable else ":ro")
+        path = os.path.realpath(board_path(device_key, directory))
+        key = path + ("" if writable else ":ro")
         with cls._registry_lock:
-            board = cls._registry.get(key)
+            # A reader in a process that owns a slot reads through the owner's object: record
+            # locks never conflict with their own process, so only it knows which slot is ours.
+            board = cls._registry.get(path) if not writable else None
+            board = board or cls._registry.get(key)
             if board is None:
                 board = cls(device_key, directory, create, writable, slot_count)
                 cls._registry[key] = board

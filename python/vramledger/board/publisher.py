@@ -99,7 +99,7 @@ class Publisher(threading.Thread):
         self._figures = figures_fn or _vramledger_figures
         self._devices = devices_fn or _used_devices
         self._board = board_fn or open_for_device
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._last: Dict[int, Tuple[Figures, float]] = {}
         self.boards: Dict[int, Board] = {}
         self.timelines: Dict[int, Deque[List[int]]] = {}
@@ -136,17 +136,18 @@ class Publisher(threading.Thread):
                 callback(device, board, figures)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        # The first tick waits an interval: install() runs as `import torch` completes, and
+        # nothing has been allocated before then anyway.
+        while not self._stopping.wait(self.interval_s):
             try:
                 self.tick()
             except Exception as error:  # never into the program: say it once and stop
                 self.error = f"{type(error).__name__}: {error}"
                 print(f"vramledger board: publishing stopped: {self.error}", file=sys.stderr)
                 return
-            self._stop.wait(self.interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
 
 def _used_devices() -> List[int]:

@@ -76,9 +76,14 @@ def _open_existing(path: str, writable: bool) -> Optional[int]:
 def _create(path: str, device_key: str, slot_count: int) -> None:
     """Links a fully written board at `path`; a no-op when another process won the race."""
     directory = os.path.dirname(path)
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(8).hex()}.tmp")
+    try:
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError as error:
+        raise BoardError(f"vramledger board {path}: cannot create it in {directory} "
+                         f"({error.strerror}); set VRAMLEDGER_BOARD_DIR to a folder of "
+                         "this user's, or VRAMLEDGER_BOARD=0") from error
     try:
         os.fchmod(fd, 0o600)  # whatever the umask
         os.ftruncate(fd, layout.file_size(slot_count))
