@@ -15,6 +15,10 @@ Scenarios (instance_worker.py is one instance; this script drives them over pipe
              be cut by the board while it lives and not after (its share recovered);
              they decide for 0.98 x 1/2, since 2 x 1/2 of NVML's total is more than
              processes can allocate
+  cluster2   vramledger.cluster_report() over gloo with 2 and 4 rank processes sharing the GPU
+  cluster4   (rank r holds r + 1 GiB, the last one peaks 2 GiB higher): every rank's usage
+             equals NVML's per-process figure read right after, lines add up, the highest peak
+             is the last rank's, HTML has a row per rank and its timeline, Prometheus every rank
 
 Checked per scenario: every instance's KV budget >= 0 and allocated without OOM; the claims sum
 to at most what the device can allocate (cudaMemGetInfo's total) and NVML's per-process figures
@@ -25,7 +29,7 @@ to vLLM's formula in the same run, total x util - (torch peak + (device used - t
 
 Writes DIR/results.json, DIR/summary.md (the table for bench/results/board/) and
 DIR/summary_line.txt. Exit 1 on any failed check; without a GPU prints "skipped: no GPU" and
-exits 0. About 60-90 s on an H200.
+exits 0. About 90 s on an H200.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ SCENARIOS = {
     "together2": dict(count=2, weights=20, activation=4, upfront=False, kill=None, enforce=0),
     "together4": dict(count=4, weights=10, activation=2, upfront=False, kill=None, enforce=None),
     "kill3": dict(count=3, weights=10, activation=2, upfront=True, kill=2, enforce=None),
+    "cluster2": dict(cluster=2),
+    "cluster4": dict(cluster=4),
 }
 
 
@@ -194,6 +200,88 @@ def run_scenario(name: str, spec: Dict[str, Any], folder: str, env: Dict[str, st
     return out
 
 
+def run_cluster(name: str, world: int, folder: str, env: Dict[str, str], timeout_s: float
+                ) -> Dict[str, Any]:
+    """cluster_report over gloo with `world` rank processes sharing GPU 0 (cluster_rank.py)."""
+    failures: List[str] = []
+    out: Dict[str, Any] = {"scenario": name, "count": world, "failures": failures}
+    started = time.monotonic()
+    store = os.path.join(folder, f"{name}.store")
+    if os.path.exists(store):
+        os.unlink(store)
+    logs = [open(os.path.join(folder, f"{name}-{rank}.log"), "w", encoding="utf-8")
+            for rank in range(world)]
+    ranks = [subprocess.Popen([sys.executable, os.path.join(HERE, "cluster_rank.py"), str(rank),
+                               str(world), store, folder], stdout=subprocess.PIPE, stderr=log,
+                              text=True, env=env, stdin=subprocess.DEVNULL)
+             for rank, log in zip(range(world), logs)]
+    results: Dict[int, Dict[str, Any]] = {}
+    for rank, process in enumerate(ranks):
+        try:
+            stdout, _ = process.communicate(timeout=max(5.0, timeout_s - (time.monotonic()
+                                                                          - started)))
+        except subprocess.TimeoutExpired:
+            for other in ranks:
+                other.kill()
+            failures.append(f"rank {rank} timed out")
+            break
+        logs[rank].write(stdout)
+        for line in stdout.splitlines():
+            if line.startswith("RESULT "):
+                results[rank] = json.loads(line[len("RESULT "):])
+        if process.returncode != 0 or rank not in results:
+            failures.append(f"rank {rank}: exit {process.returncode}, see {name}-{rank}.log")
+    for log in logs:
+        log.close()
+    out["seconds"] = round(time.monotonic() - started, 1)
+    if failures:
+        return out
+
+    def expect(condition: bool, text: str) -> None:
+        if not condition:
+            failures.append(text)
+
+    with open(os.path.join(folder, f"cluster{world}.json"), encoding="utf-8") as handle:
+        document = json.load(handle)
+    with open(os.path.join(folder, f"cluster{world}.html"), encoding="utf-8") as handle:
+        page = handle.read()
+    expect(document["world_size"] == world and document["backend"] == "gloo",
+           f"world {document['world_size']} over {document['backend']}")
+    expect([r["rank"] for r in document["ranks"]] == list(range(world)), "ranks out of order")
+    out["ranks"] = []
+    for entry in document["ranks"]:
+        rank = entry["rank"]
+        expect(entry["error"] is None, f"rank {rank}: {entry['error']}")
+        expect(entry["pid"] == results[rank]["pid"], f"rank {rank}: pid differs")
+        devices = {d["device"]: d for d in entry["devices"]}
+        if 0 not in devices:
+            failures.append(f"rank {rank}: no device 0 in its document")
+            continue
+        device = devices[0]
+        out["ranks"].append({"rank": rank, "usage": device["process_usage_bytes"],
+                             "nvml": results[rank]["nvml"],
+                             "peak_reserved": device["peak_reserved_bytes"],
+                             "samples": len(device["timeline"])})
+        expect(device["basis"] == "nvml_per_process", f"rank {rank}: basis {device['basis']}")
+        expect(device["process_usage_bytes"] == results[rank]["nvml"],
+               f"rank {rank}: usage {device['process_usage_bytes']} != NVML "
+               f"{results[rank]['nvml']}")
+        expect(sum(device["lines"].values()) == device["process_usage_bytes"],
+               f"rank {rank}: lines do not add up")
+        expect(device["torch_allocated_bytes"] >= (rank + 1) * GIB,
+               f"rank {rank}: {device['torch_allocated_bytes']} allocated, held "
+               f"{(rank + 1) * GIB}")
+        expect(results[rank]["prometheus_ranks"] == world,
+               f"rank {rank}: Prometheus text has {results[rank]['prometheus_ranks']} ranks")
+    expect((document["highest_peak"] or {}).get("rank") == world - 1,
+           f"highest peak on rank {(document['highest_peak'] or {}).get('rank')}, not "
+           f"{world - 1}")
+    expect(page.count("<tr data-rank=") == world, "HTML: not one row per rank")
+    expect(f"Timeline of rank {world - 1}, device 0" in page and page.count("<polyline") == 3,
+           "HTML: no timeline of the highest-peak rank")
+    return out
+
+
 def judge(out: Dict[str, Any], spec: Dict[str, Any], failures: List[str]) -> None:
     def expect(condition: bool, text: str) -> None:
         if not condition:
@@ -255,6 +343,14 @@ def table(outs: List[Dict[str, Any]]) -> str:
                 f"{res['non_torch_increase_bytes'] / GIB:.3f} | "
                 f"{res['claimed_bytes'] / GIB:.3f} | "
                 f"{r['books']['usage'] == r['books']['nvml_independent']} |")
+    cluster = [out for out in outs if "ranks" in out]
+    if cluster:
+        rows += ["", "| scenario | rank | process usage (B) | NVML per-process (B) | "
+                 "peak reserved (GiB) | timeline samples |", "|---|---|---|---|---|---|"]
+        for out in cluster:
+            for r in out["ranks"]:
+                rows.append(f"| {out['scenario']} | {r['rank']} | {r['usage']} | {r['nvml']} | "
+                            f"{r['peak_reserved'] / GIB:.3f} | {r['samples']} |")
     return "\n".join(rows)
 
 
@@ -287,7 +383,11 @@ def main() -> int:
                                                             "budget left"]})
                 continue
             print(f"=== {name} ({left:.0f} s left)", flush=True)
-            outs.append(run_scenario(name, SCENARIOS[name], args.out, env, nvml, left - 5))
+            spec = SCENARIOS[name]
+            if "cluster" in spec:
+                outs.append(run_cluster(name, spec["cluster"], args.out, env, left - 5))
+            else:
+                outs.append(run_scenario(name, spec, args.out, env, nvml, left - 5))
     finally:
         shutil.rmtree(board_dir, ignore_errors=True)
     text = table(outs)
