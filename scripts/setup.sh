@@ -122,8 +122,8 @@ fi
 # What `import torch` needs beyond torch itself, for the CPU tests that run torch.distributed
 # (tests/board/test_cluster.py: the cluster report over gloo): torch's pure-Python dependencies
 # and the three CUDA libraries libtorch_cuda links that the CUDA toolkit lacks (cuFile,
-# cuSPARSELt, NVSHMEM; ~230 MB), pinned to torch 2.11.0's own requirements. The tests put their
-# lib folders on LD_LIBRARY_PATH. Without them those tests report themselves skipped.
+# cuSPARSELt, NVSHMEM; ~230 MB, pinned to torch 2.11.0's own requirements; torch finds them in
+# site-packages itself). Without them those tests report themselves skipped.
 torch_runtime=(typing_extensions filelock sympy networkx jinja2 fsspec nvidia-cufile==1.15.1.6
                nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5)
 if [[ "${VRAMLEDGER_SETUP_TORCH:-1}" != 0 && -x "$venv/bin/python" ]] &&
