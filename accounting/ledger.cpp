@@ -101,7 +101,32 @@ Ledger::Ledger(LedgerOptions options)
 
 Ledger::~Ledger() = default;
 
-void Ledger::on_event(const AllocatorEvent& event) noexcept {
+// With shards open: the ledger's lock and every shard's mutex, shards folded, for one query.
+class Ledger::ReadGuard {
+ public:
+  explicit ReadGuard(const Ledger& ledger)
+      : ledger_(ledger), sharded_(ledger.sharded_.load(std::memory_order_acquire)) {
+    if (!sharded_) return;
+    ledger_.mutex_.lock();
+    ledger_.lock_shards();
+    const_cast<Ledger&>(ledger_).fold_locked();  // moves figures, changes no value
+  }
+  ~ReadGuard() {
+    if (!sharded_) return;
+    ledger_.unlock_shards();
+    ledger_.mutex_.unlock();
+  }
+  ReadGuard(const ReadGuard&) = delete;
+  ReadGuard& operator=(const ReadGuard&) = delete;
+
+ private:
+  const Ledger& ledger_;
+  bool sharded_;
+};
+
+void Ledger::fold_for_read() const noexcept { ReadGuard guard(*this); }
+
+void Ledger::apply(const AllocatorEvent& event) noexcept {
   const bool completes_last_free = event.kind == EventKind::kFreeCompleted &&
                                    event.address == free_requested_address_;
   const std::uint64_t ticks =
@@ -180,6 +205,8 @@ void Ledger::on_event(const AllocatorEvent& event) noexcept {
       break;
     case EventKind::kOutOfMemory:
       ++counters_.num_ooms;
+      break;
+    case EventKind::kFrontCacheReturn:  // counted free already: only its split changes below
       break;
     case EventKind::kCount:
     default:
@@ -276,6 +303,11 @@ void Ledger::raise_reserved(const PoolUpdate& update, std::int64_t bytes) noexce
 }
 
 LedgerCounters Ledger::counters() const noexcept {
+  ReadGuard guard(*this);
+  return counters_unlocked();
+}
+
+LedgerCounters Ledger::counters_unlocked() const noexcept {
   LedgerCounters result = counters_;
   PoolCounters& all = result.pools[stat_pool_index(StatPool::kAggregate)];
   PoolCounters& small = result.pools[stat_pool_index(StatPool::kSmall)];
@@ -299,16 +331,19 @@ LedgerCounters Ledger::counters() const noexcept {
 }
 
 std::vector<StreamUsage> Ledger::per_stream() const {
+  ReadGuard guard(*this);
   std::vector<StreamUsage> entries = streams_.entries();
   for (StreamUsage& entry : entries) entry.usage = materialized(entry.usage);
   return entries;
 }
 
 UsageStats Ledger::tag_usage(TagId tag) const noexcept {
+  ReadGuard guard(*this);
   return materialized(tags_[tag_slot(tag)]);
 }
 
 std::vector<TagUsage> Ledger::per_tag() const {
+  ReadGuard guard(*this);
   std::vector<TagUsage> result;
   for (std::size_t slot = 0; slot <= kMaxTags; ++slot) {
     const UsageStats usage = materialized(tags_[slot]);
@@ -322,11 +357,13 @@ std::vector<TagUsage> Ledger::per_tag() const {
 }
 
 void Ledger::reset_peaks() noexcept {
+  ReadGuard guard(*this);
+  if (sharded_.load(std::memory_order_relaxed)) revoke_all_credit_locked();  // peak = current
   for (const StatPool pool : {StatPool::kSmall, StatPool::kLarge}) {
     for_each_stat(counters_.pools[stat_pool_index(pool)],
                   [](const char*, Stat& stat) { stat.reset_peak(); });
   }
-  const LedgerCounters now = counters();
+  const LedgerCounters now = counters_unlocked();
   std::array<std::int64_t, 16> aggregate_now{};
   std::size_t count = 0;
   for_each_stat(now.aggregate(), [&](const char*, const Stat& stat) { aggregate_now[count++] = stat.current; });
@@ -342,6 +379,7 @@ void Ledger::reset_peaks() noexcept {
 }
 
 void Ledger::reset_accumulated() noexcept {
+  ReadGuard guard(*this);
   // Aggregate totals are derived from the pools', so only pools, streams and tags are reset.
   for (const StatPool pool : {StatPool::kSmall, StatPool::kLarge}) {
     for_each_stat(counters_.pools[stat_pool_index(pool)],
@@ -370,6 +408,7 @@ CountersAccount Ledger::counters_account() const {
   account.counters = counters();
   account.tags = per_tag();
   account.streams = per_stream();
+  ReadGuard guard(*this);
   account.trace_records = trace_.size();
   account.trace_dropped = trace_.dropped();
   if (first_inconsistency_) account.inconsistency = first_inconsistency_->to_string();
@@ -388,7 +427,15 @@ void Ledger::record_negative_counter(const AllocatorEvent& event) noexcept {
       found.value = stat.current;
     }
   };
-  const LedgerCounters now = counters();  // the aggregate's current value exists only here
+  // With shards open a counter may dip below zero here while a shard holds the matching
+  // increase: fold the shards, and record only what is still negative.
+  if (sharded_.load(std::memory_order_relaxed)) {
+    const bool held = shards_held_;
+    if (!held) lock_shards();
+    fold_locked();
+    if (!held) unlock_shards();
+  }
+  const LedgerCounters now = counters_unlocked();  // the aggregate's current exists only here
   for (std::size_t index = 0; index < kStatPoolCount; ++index) {
     const char* scope = to_string(static_cast<StatPool>(index));
     for_each_stat(now.pools[index],
@@ -399,6 +446,7 @@ void Ledger::record_negative_counter(const AllocatorEvent& event) noexcept {
                       [&](const char* name, const Stat& stat) { look_at("stream", name, stat); });
   for_each_usage_stat(tags_[tag_slot(event.tag)],
                       [&](const char* name, const Stat& stat) { look_at("tag", name, stat); });
+  if (found.counter[0] == '\0' && sharded_.load(std::memory_order_relaxed)) return;
   record_inconsistency(found);
 }
 

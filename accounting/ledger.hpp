@@ -5,8 +5,16 @@
 // allocate/free pair): fixed arrays only, no allocation, no locking, no string work. Queries are
 // not synchronised with on_event either: call them under the allocator's lock, or while no thread
 // allocates or frees.
+//
+// Front caches (docs/design.md, 5): once an allocator opens a shard (open_shard), threads also
+// report through their LedgerShard (ledger_shard.hpp) without the allocator's lock. From then on
+// on_event takes the ledger's own lock, and every query folds the shards first, under that lock
+// and every shard's mutex, so what it returns is exact. Lock order: allocator lock -> ledger lock
+// -> shard mutexes (ascending address).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,6 +24,7 @@
 
 #include "accounting/event_trace.hpp"
 #include "accounting/ledger_counters.hpp"
+#include "accounting/ledger_shard.hpp"
 #include "accounting/stream_usage_table.hpp"
 #include "accounting/tag_registry.hpp"
 #include "allocator/allocator_events.hpp"
@@ -58,7 +67,17 @@ class Ledger final : public AllocatorObserver {
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;
 
-  void on_event(const AllocatorEvent& event) noexcept override;
+  void on_event(const AllocatorEvent& event) noexcept override {
+    if (!sharded_.load(std::memory_order_acquire)) [[likely]] {
+      apply(event);
+      return;
+    }
+    on_event_sharded(event);
+  }
+  // Front-cache shards (ledger_shards.cpp).
+  bool has_shards() const noexcept override { return true; }
+  ObserverShard* open_shard() override;
+  void close_shard(ObserverShard* shard) noexcept override;
   // The counters-only account (counters_text.hpp) attached to out-of-memory errors.
   std::string describe() const override;
   // The figures that account prints, copied out (counters_text.hpp).
@@ -83,10 +102,51 @@ class Ledger final : public AllocatorObserver {
     return first_inconsistency_;
   }
 
-  const EventTrace& trace() const noexcept { return trace_; }
-  EventTrace& trace() noexcept { return trace_; }
+  // With shards open, the shards' staged records are moved into the trace first.
+  const EventTrace& trace() const noexcept {
+    fold_for_read();
+    return trace_;
+  }
+  EventTrace& trace() noexcept {
+    fold_for_read();
+    return trace_;
+  }
 
  private:
+  friend class LedgerShard;
+  // Holds the ledger's lock and every shard's mutex, shards folded, while a query reads.
+  class ReadGuard;
+
+  void apply(const AllocatorEvent& event) noexcept;  // the counters' update, one event
+  LedgerCounters counters_unlocked() const noexcept;
+
+  // ---- shards (ledger_shards.cpp)
+  struct Slot;  // one fast counter: a pool's, the aggregate's, a stream's or the untagged tag's
+  void on_event_sharded(const AllocatorEvent& event) noexcept;
+  void apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept;
+  void lock_shards() const noexcept;
+  void unlock_shards() const noexcept;
+  void fold_locked() noexcept;
+  void fold_shard_locked(LedgerShard& shard) noexcept;
+  void publish_shard(LedgerShard& shard) noexcept;
+  void fold_for_read() const noexcept;
+  bool raise_fits(const AllocatorEvent& event) noexcept;
+  void make_room_locked(const AllocatorEvent& event) noexcept;
+  void grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept;
+  void revoke_all_credit_locked() noexcept;
+  void revoke_slot_locked(const Slot& slot) noexcept;
+  std::int64_t fast_ceiling(std::size_t stat) const noexcept;
+  std::int64_t& outstanding_of(const Slot& slot) noexcept;
+  std::int64_t current_of(const Slot& slot) const noexcept;
+  std::int64_t ceiling_of(const Slot& slot) const noexcept;
+  static bool cell_counts_for(const LedgerShard& shard, std::size_t pool, std::size_t share,
+                              const Slot& slot) noexcept;
+  template <typename Visit>
+  void for_each_slot_of_cell(std::size_t pool, std::size_t entry, std::size_t kind,
+                             Visit&& visit) noexcept;
+  template <typename Visit>
+  void for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept;
+
   static std::size_t tag_slot(TagId tag) noexcept { return tag < kMaxTags ? tag : kMaxTags; }
 
   PoolUpdate update_for(PoolKind pool) noexcept;
@@ -116,6 +176,18 @@ class Ledger final : public AllocatorObserver {
   std::unique_ptr<UsageStats[]> tags_;  // kMaxTags + 1 entries; the last is the overflow entry
   std::optional<LedgerInconsistency> first_inconsistency_;
   EventTrace trace_;
+
+  // Shards (ledger_shard.hpp). `outstanding_*` is, per counter, the sum over shards of
+  // delta + credit; only the slow path (every shard's mutex held) changes it.
+  std::atomic<bool> sharded_{false};
+  mutable SpinMutex mutex_;  // taken by on_event once sharded_, and by queries
+  mutable bool shards_held_ = false;  // under mutex_: lock_shards() is in effect
+  std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
+  std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};
+  std::array<std::int64_t, kFastPoolStats> outstanding_aggregate_{};
+  std::array<std::int64_t, kFastUsageStats> outstanding_untagged_{};
+  std::array<std::array<std::int64_t, kFastUsageStats>, StreamUsageTable::kCapacity + 1>
+      outstanding_stream_{};
 };
 
 }  // namespace vramledger

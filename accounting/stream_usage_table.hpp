@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "accounting/ledger_counters.hpp"
@@ -18,6 +19,22 @@ class StreamUsageTable {
   UsageStats& usage_of(StreamHandle stream) noexcept {
     if (last_hit_->in_use && last_hit_->stream == stream) [[likely]] return last_hit_->usage;
     return usage_of_slow(stream);
+  }
+
+  // The entry's position: 0 .. kCapacity-1 for a slot, kCapacity for the overflow entry (the
+  // ledger keeps per-entry figures of its front-cache shards beside the table).
+  std::size_t index_of(const UsageStats& usage) const noexcept {
+    if (&usage == &overflow_.usage) return kCapacity;
+    return static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(&usage) -
+                                    reinterpret_cast<std::uintptr_t>(&slots_[0].usage)) /
+           sizeof(Slot);
+  }
+
+  UsageStats& at(std::size_t index) noexcept {
+    return index == kCapacity ? overflow_.usage : slots_[index].usage;
+  }
+  const UsageStats& at(std::size_t index) const noexcept {
+    return index == kCapacity ? overflow_.usage : slots_[index].usage;
   }
 
   // Entries that have seen a stream, in slot order, then the overflow entry if used.

@@ -36,6 +36,7 @@ const char* to_string(EventKind kind) noexcept {
     case EventKind::kInactiveSplitRemove: return "inactive_split_remove";
     case EventKind::kAllocRetry: return "alloc_retry";
     case EventKind::kOutOfMemory: return "out_of_memory";
+    case EventKind::kFrontCacheReturn: return "front_cache_return";
     case EventKind::kCount: break;
   }
   return "unknown";

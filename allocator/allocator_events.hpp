@@ -9,6 +9,7 @@
 #include <string>
 
 #include "allocator/device_backend.hpp"
+#include "allocator/spin_mutex.hpp"
 
 namespace vramledger {
 
@@ -34,6 +35,9 @@ enum class EventKind : std::uint8_t {
   kAllocRetry,         // a request failed once; cached memory was released and it retried
   kOutOfMemory,        // a request failed for good (size = requested bytes)
   kFree,               // kFreeRequested and kFreeCompleted at once (no other stream used it)
+  // A block a front cache held (already counted free when the user freed it) goes back to its
+  // heap: changes no counter but the inactive split its merges carry (docs/design.md, 5).
+  kFrontCacheReturn,
   kCount
 };
 
@@ -54,6 +58,32 @@ struct AllocatorEvent {
   std::int64_t inactive_split_bytes_delta = 0;
 };
 
+// The part of an observer that one thread's front cache reports to without the allocator's lock
+// (docs/design.md, 5). The front cache holds mutex() around its own state and every call of
+// try_apply; the observer takes the mutexes of all its shards, in its own order, when it needs
+// one exact view (reads, peaks it cannot prove unchanged). Lock order: allocator lock -> the
+// observer's own lock -> shard mutexes; a shard's mutex is never held while taking another lock.
+class ObserverShard {
+ public:
+  ObserverShard() = default;
+  ObserverShard(const ObserverShard&) = delete;
+  ObserverShard& operator=(const ObserverShard&) = delete;
+  virtual ~ObserverShard() = default;
+
+  SpinMutex& mutex() noexcept { return mutex_; }
+  // With mutex() held: applies a kAlloc or kFree of a front-cache block. Returns false, changing
+  // nothing, when it cannot be applied without the observer's slow path.
+  virtual bool try_apply(const AllocatorEvent& event) noexcept = 0;
+  // Without mutex() held: applies the event through the observer's slow path (always succeeds).
+  virtual void apply_slow(const AllocatorEvent& event) noexcept = 0;
+  // Without mutex() held: what the shard counted reaches the observer now, before events the
+  // allocator sends itself about the same blocks (a free from another thread).
+  virtual void publish() noexcept = 0;
+
+ private:
+  SpinMutex mutex_;
+};
+
 class AllocatorObserver {
  public:
   AllocatorObserver() = default;
@@ -67,6 +97,12 @@ class AllocatorObserver {
   virtual void on_event(const AllocatorEvent& event) noexcept = 0;
   // A human-readable account attached to out-of-memory errors.
   virtual std::string describe() const { return {}; }
+  // A shard for one thread's front cache, or null when the observer takes events only under the
+  // allocator's lock (the front cache is then off). Called under the allocator's lock; the
+  // shard stays valid until close_shard, which folds what it counted into the observer.
+  virtual bool has_shards() const noexcept { return false; }
+  virtual ObserverShard* open_shard() { return nullptr; }
+  virtual void close_shard(ObserverShard* /*shard*/) noexcept {}
 
   // Called by CachingAllocator as it starts and stops reporting to this observer.
   void attach_allocator() noexcept { attached_allocators_.fetch_add(1); }

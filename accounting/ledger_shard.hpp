@@ -1,0 +1,90 @@
+// One thread's share of the ledger: what a front cache (allocator/detail/thread_cache.hpp) counts
+// without the allocator's lock, and the escrow that keeps every peak exact (docs/design.md, 5.4).
+//
+// For the counters a front cache moves (the six an allocate/free pair touches, per pool and for
+// the aggregate; the four usage counters of its streams and of the untagged tag) a shard keeps
+// `delta` (its change since the last fold into the ledger), `increases` (their positive part, for
+// the running totals) and `credit`: how far it may still raise them on its own. The ledger
+// keeps, per counter, `outstanding` = the sum over shards of delta + credit, which no fast
+// operation changes (a raise moves credit into delta, a decrease moves it back). Invariant:
+// ledger's current + outstanding <= peak (or the ceiling, see Ledger::fast_ceiling), hence the
+// true sum current + sum(delta) never exceeds the peak while shards stay within their credit:
+// the peak is unchanged and nothing shared is written. A raise without credit takes the slow
+// path (Ledger::apply_from_shard): every shard folded under every shard's mutex, so the sum is
+// exact and the peak is raised to exactly the value the sum reaches.
+//
+// Trace records wait in a small array (`staged`) and join the ledger's trace at the next fold;
+// every credit change folds first, so a replay of the trace reaches the same peaks
+// (docs/design.md, 5.4).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "accounting/ledger_counters.hpp"
+#include "allocator/allocator_events.hpp"
+
+namespace vramledger {
+
+class Ledger;
+
+// What one shard holds of one kind of amount in one cell (see LedgerShard).
+struct ShardStat {
+  std::int64_t delta = 0;
+  std::int64_t increases = 0;
+  std::int64_t credit = 0;
+};
+
+// The six PoolCounters an allocate/free pair moves, and the four UsageStats.
+inline constexpr std::size_t kFastPoolStats = 6;
+inline constexpr std::size_t kFastUsageStats = 4;
+// The three amounts they move by: 1 (counts), the block size (bytes), the request.
+inline constexpr std::size_t kAmountKinds = 3;
+
+// A shard's figures are kept per cell, one cell per (pool, stream) it has seen, and per kind of
+// amount: a cell's count delta is that of its pool's allocation and active counts, of the
+// aggregate's, of its stream's allocation count and of the untagged tag's. So the fast path
+// checks and moves three credits, not twenty counters; a cell's credit is counted in the
+// `outstanding` of every counter it stands for, and granted within the smallest headroom.
+class LedgerShard final : public ObserverShard {
+ public:
+  static constexpr std::size_t kStreams = 4;   // streams a shard counts for itself
+  static constexpr std::size_t kStaged = 128;  // trace records held before a fold
+
+  explicit LedgerShard(Ledger& ledger) : ledger_(ledger) {}
+
+  bool try_apply(const AllocatorEvent& event) noexcept override;
+  void apply_slow(const AllocatorEvent& event) noexcept override;
+  void publish() noexcept override;
+
+  struct StreamShare {
+    StreamHandle stream = 0;
+    std::size_t entry = 0;  // StreamUsageTable::index_of
+    UsageStats* usage = nullptr;
+  };
+  using Cell = std::array<ShardStat, kAmountKinds>;
+  struct StagedRecord {
+    AllocatorEvent event{EventKind::kAlloc};
+    std::uint64_t ticks = 0;
+  };
+
+ private:
+  friend class Ledger;
+
+  std::size_t share_of(StreamHandle stream) const noexcept {
+    for (std::size_t i = 0; i < streams_used_; ++i) {
+      if (streams_[i].stream == stream) return i;
+    }
+    return kStreams;
+  }
+
+  Ledger& ledger_;
+  std::array<std::array<Cell, kStreams>, 2> cells_{};  // [pool][stream share]
+  std::array<StreamShare, kStreams> streams_{};
+  std::size_t streams_used_ = 0;
+  std::array<StagedRecord, kStaged> staged_{};
+  std::size_t staged_count_ = 0;
+};
+
+}  // namespace vramledger

@@ -1,0 +1,393 @@
+// The ledger's front-cache shards and the escrow that keeps peaks exact (ledger_shard.hpp;
+// docs/design.md, 5.4 has the argument).
+#include <algorithm>
+#include <mutex>
+
+#include "accounting/cheap_clock.hpp"
+#include "accounting/ledger.hpp"
+
+namespace vramledger {
+
+// Which counter a slot names: a pool's, the aggregate's, the untagged tag's or a stream entry's.
+struct Ledger::Slot {
+  enum Kind { kPool, kAggregate, kUntagged, kStream } kind;
+  std::size_t which;  // pool index, or StreamUsageTable::index_of
+  std::size_t stat;   // index into kFastPool / kFastUsage
+};
+
+namespace {
+
+using PoolStat = Stat PoolCounters::*;
+using UsageStat = Stat UsageStats::*;
+
+// The counters an allocate/free pair moves, and the kind of amount each moves by.
+constexpr PoolStat kFastPool[kFastPoolStats] = {
+    &PoolCounters::allocation,      &PoolCounters::active,
+    &PoolCounters::allocated_bytes, &PoolCounters::active_bytes,
+    &PoolCounters::requested_bytes, &PoolCounters::allocated_requested_bytes};
+constexpr std::size_t kPoolKind[kFastPoolStats] = {0, 0, 1, 1, 2, 2};
+constexpr std::size_t kActiveBytes = 3;
+constexpr UsageStat kFastUsage[kFastUsageStats] = {
+    &UsageStats::allocation, &UsageStats::allocated_bytes, &UsageStats::requested_bytes,
+    &UsageStats::active_bytes};
+constexpr std::size_t kUsageKind[kFastUsageStats] = {0, 1, 2, 1};
+
+inline std::array<std::int64_t, kAmountKinds> amounts_of(const AllocatorEvent& event) noexcept {
+  return {1, static_cast<std::int64_t>(event.size), static_cast<std::int64_t>(event.requested)};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ the shard's fast path
+
+bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
+  if (staged_count_ == kStaged || event.tag != kUntagged) [[unlikely]] return false;
+  const std::size_t share = share_of(event.stream);
+  if (share == kStreams) [[unlikely]] return false;
+  Cell& cell = cells_[static_cast<std::size_t>(event.pool) & 1][share];
+  const auto amounts = amounts_of(event);
+  if (event.kind == EventKind::kAlloc) {
+    if (cell[0].credit < amounts[0] || cell[1].credit < amounts[1] ||
+        cell[2].credit < amounts[2]) {
+      return false;  // nothing changed
+    }
+    for (std::size_t k = 0; k < kAmountKinds; ++k) {
+      cell[k].credit -= amounts[k];
+      cell[k].delta += amounts[k];
+      cell[k].increases += amounts[k];
+    }
+  } else if (event.kind == EventKind::kFree) {
+    // A decrease is always allowed, and becomes credit: the sums went down by as much.
+    for (std::size_t k = 0; k < kAmountKinds; ++k) {
+      cell[k].credit += amounts[k];
+      cell[k].delta -= amounts[k];
+    }
+  } else {
+    return false;
+  }
+  StagedRecord& record = staged_[staged_count_++];
+  record.event = event;
+  record.ticks = read_clock(ledger_.options_.clock);
+  return true;
+}
+
+void LedgerShard::apply_slow(const AllocatorEvent& event) noexcept {
+  ledger_.apply_from_shard(*this, event);
+}
+
+void LedgerShard::publish() noexcept { ledger_.publish_shard(*this); }
+
+// ------------------------------------------------------------------ slots and cells
+
+std::int64_t& Ledger::outstanding_of(const Slot& slot) noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return outstanding_pool_[slot.which][slot.stat];
+    case Slot::kAggregate: return outstanding_aggregate_[slot.stat];
+    case Slot::kUntagged: return outstanding_untagged_[slot.stat];
+    case Slot::kStream: break;
+  }
+  return outstanding_stream_[slot.which][slot.stat];
+}
+
+// The ledger's own figure of the slot's counter (exact once the shards are folded), and the
+// value it may reach without the slow path.
+std::int64_t Ledger::current_of(const Slot& slot) const noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return (counters_.pools[1 + slot.which].*kFastPool[slot.stat]).current;
+    case Slot::kAggregate: return aggregate_current(kFastPool[slot.stat]);
+    case Slot::kUntagged: return (tags_[tag_slot(kUntagged)].*kFastUsage[slot.stat]).current;
+    case Slot::kStream: break;
+  }
+  return (streams_.at(slot.which).*kFastUsage[slot.stat]).current;
+}
+
+std::int64_t Ledger::ceiling_of(const Slot& slot) const noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return (counters_.pools[1 + slot.which].*kFastPool[slot.stat]).peak;
+    case Slot::kAggregate: return fast_ceiling(slot.stat);
+    case Slot::kUntagged: return (tags_[tag_slot(kUntagged)].*kFastUsage[slot.stat]).peak;
+    case Slot::kStream: break;
+  }
+  return (streams_.at(slot.which).*kFastUsage[slot.stat]).peak;
+}
+
+// The value a fast counter may reach without the slow path: its peak; for the aggregate's
+// active bytes while reserved stands at its peak, the "active at peak reserved" mark too.
+std::int64_t Ledger::fast_ceiling(std::size_t stat) const noexcept {
+  const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
+  const std::int64_t peak = (all.*kFastPool[stat]).peak;
+  if (stat == kActiveBytes &&
+      aggregate_current(&PoolCounters::reserved_bytes) == all.reserved_bytes.peak) {
+    return std::min(peak, counters_.active_bytes_at_peak_reserved);
+  }
+  return peak;
+}
+
+// Calls visit(slot) for every counter a cell's amount of `kind` stands for.
+template <typename Visit>
+void Ledger::for_each_slot_of_cell(std::size_t pool, std::size_t entry, std::size_t kind,
+                                   Visit&& visit) noexcept {
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    if (kPoolKind[j] != kind) continue;
+    visit(Slot{Slot::kPool, pool, j});
+    visit(Slot{Slot::kAggregate, 0, j});
+  }
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    if (kUsageKind[j] != kind) continue;
+    visit(Slot{Slot::kStream, entry, j});
+    visit(Slot{Slot::kUntagged, 0, j});
+  }
+}
+
+// Calls visit(slot, amount) for every fast counter a raise by this event moves.
+template <typename Visit>
+void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept {
+  const auto amounts = amounts_of(event);
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    visit(Slot{Slot::kPool, p, j}, amounts[kPoolKind[j]]);
+    visit(Slot{Slot::kAggregate, 0, j}, amounts[kPoolKind[j]]);
+  }
+  const std::size_t entry = streams_.index_of(streams_.usage_of(event.stream));
+  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    visit(Slot{Slot::kStream, entry, j}, amounts[kUsageKind[j]]);
+    if (untagged) visit(Slot{Slot::kUntagged, 0, j}, amounts[kUsageKind[j]]);
+  }
+}
+
+// Whether a cell of `shard` (pool, share) holds a share of the slot's counter.
+bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t pool, std::size_t share,
+                             const Slot& slot) noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return slot.which == pool;
+    case Slot::kAggregate:
+    case Slot::kUntagged: return true;
+    case Slot::kStream: break;
+  }
+  return shard.streams_[share].entry == slot.which;
+}
+
+// Takes back every credit standing for the slot's counter (each also counted for the other
+// counters of its cell).
+void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
+  const std::size_t kind =
+      slot.kind == Slot::kPool || slot.kind == Slot::kAggregate ? kPoolKind[slot.stat]
+                                                                  : kUsageKind[slot.stat];
+  for (const auto& owned : shards_) {
+    LedgerShard& shard = *owned;
+    for (std::size_t p = 0; p < 2; ++p) {
+      for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+        ShardStat& share = shard.cells_[p][s][kind];
+        if (share.credit == 0 || !cell_counts_for(shard, p, s, slot)) continue;
+        for_each_slot_of_cell(p, shard.streams_[s].entry, kind,
+                              [&](const Slot& other) { outstanding_of(other) -= share.credit; });
+        share.credit = 0;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ the ledger's side
+
+ObserverShard* Ledger::open_shard() {
+  std::lock_guard lock(mutex_);
+  auto shard = std::make_unique<LedgerShard>(*this);
+  LedgerShard* opened = shard.get();
+  const auto at = std::upper_bound(
+      shards_.begin(), shards_.end(), opened,
+      [](const LedgerShard* a, const std::unique_ptr<LedgerShard>& b) { return a < b.get(); });
+  shards_.insert(at, std::move(shard));
+  sharded_.store(true, std::memory_order_release);
+  return opened;
+}
+
+void Ledger::close_shard(ObserverShard* closing) noexcept {
+  std::lock_guard lock(mutex_);
+  lock_shards();
+  fold_locked();
+  for (auto it = shards_.begin(); it != shards_.end(); ++it) {
+    LedgerShard& shard = **it;
+    if (&shard != closing) continue;
+    // Its credit goes back: headroom nobody else may use twice.
+    for (std::size_t p = 0; p < 2; ++p) {
+      for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+        for (std::size_t k = 0; k < kAmountKinds; ++k) {
+          const std::int64_t credit = shard.cells_[p][s][k].credit;
+          for_each_slot_of_cell(p, shard.streams_[s].entry, k,
+                                [&](const Slot& slot) { outstanding_of(slot) -= credit; });
+        }
+      }
+    }
+    unlock_shards();
+    shards_.erase(it);
+    return;
+  }
+  unlock_shards();
+}
+
+void Ledger::lock_shards() const noexcept {
+  for (const auto& shard : shards_) shard->mutex().lock();
+  shards_held_ = true;
+}
+
+void Ledger::unlock_shards() const noexcept {
+  shards_held_ = false;
+  for (auto it = shards_.rbegin(); it != shards_.rend(); ++it) (*it)->mutex().unlock();
+}
+
+// Moves every shard's staged records into the trace and its deltas into the counters. No value
+// changes (a counter is the ledger's figure plus the shards' deltas), nor any credit.
+void Ledger::fold_locked() noexcept {
+  for (const auto& shard : shards_) fold_shard_locked(*shard);
+}
+
+void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
+  for (std::size_t i = 0; i < shard.staged_count_; ++i) {
+    trace_.append(shard.staged_[i].event, shard.staged_[i].ticks);
+    ++counters_.events;
+  }
+  shard.staged_count_ = 0;
+  for (std::size_t p = 0; p < 2; ++p) {
+    for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+      UsageStats& stream = *shard.streams_[s].usage;
+      for (std::size_t k = 0; k < kAmountKinds; ++k) {
+        ShardStat& share = shard.cells_[p][s][k];
+        if (share.delta == 0 && share.increases == 0) continue;
+        for_each_slot_of_cell(p, shard.streams_[s].entry, k, [&](const Slot& slot) {
+          outstanding_of(slot) -= share.delta;
+          Stat* stat = nullptr;
+          switch (slot.kind) {
+            case Slot::kPool: stat = &(counters_.pools[1 + p].*kFastPool[slot.stat]); break;
+            case Slot::kAggregate: break;  // the pools' sum
+            case Slot::kUntagged:
+              stat = &(tags_[tag_slot(kUntagged)].*kFastUsage[slot.stat]);
+              break;
+            case Slot::kStream: stat = &(stream.*kFastUsage[slot.stat]); break;
+          }
+          if (stat == nullptr) return;
+          stat->current += share.delta;
+          stat->allocated += share.increases;
+        });
+        share.delta = 0;
+        share.increases = 0;
+      }
+    }
+  }
+}
+
+// One shard's records into the trace now: the ledger's own events about its blocks (a free from
+// another thread) must follow them there.
+void Ledger::publish_shard(LedgerShard& shard) noexcept {
+  std::lock_guard lock(mutex_);
+  std::lock_guard shard_lock(shard.mutex());
+  fold_shard_locked(shard);
+}
+
+// Whether a raise by the ledger's own event keeps every fast counter provably at or below its
+// ceiling without looking at the shards: then the usual update runs and moves no peak.
+bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
+  bool fits = true;
+  for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
+    const std::int64_t raised = current_of(slot) + amount;
+    const std::int64_t ceiling = ceiling_of(slot);
+    fits &= raised <= ceiling && raised + outstanding_of(slot) <= ceiling;
+  });
+  return fits;
+}
+
+// Shards folded and held: takes back the credit of every counter this raise would otherwise let
+// the shards push past its ceiling. The usual update that follows sees the exact sums.
+void Ledger::make_room_locked(const AllocatorEvent& event) noexcept {
+  for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
+    if (current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
+      revoke_slot_locked(slot);
+    }
+  });
+}
+
+void Ledger::revoke_all_credit_locked() noexcept {
+  for (const auto& shard : shards_) {
+    for (auto& pool : shard->cells_) {
+      for (auto& cell : pool) {
+        for (ShardStat& stat : cell) stat.credit = 0;
+      }
+    }
+  }
+  // Folded: deltas are zero, so nothing is outstanding any more.
+  for (auto& pool : outstanding_pool_) pool.fill(0);
+  outstanding_aggregate_.fill(0);
+  outstanding_untagged_.fill(0);
+  for (auto& entry : outstanding_stream_) entry.fill(0);
+}
+
+// Gives the event's cell of `shard` half of the smallest headroom of the counters each of its
+// amounts stands for, so its next raises stay on its fast path while others keep some.
+void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
+  const std::size_t s = shard.share_of(event.stream);
+  if (s == LedgerShard::kStreams || event.tag != kUntagged) return;
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  for (std::size_t k = 0; k < kAmountKinds; ++k) {
+    std::int64_t headroom = INT64_MAX;
+    for_each_slot_of_cell(p, shard.streams_[s].entry, k, [&](const Slot& slot) {
+      headroom = std::min(headroom, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
+    });
+    if (headroom <= 0) continue;
+    const std::int64_t grant = (headroom + 1) / 2;
+    shard.cells_[p][s][k].credit += grant;
+    for_each_slot_of_cell(p, shard.streams_[s].entry, k,
+                          [&](const Slot& slot) { outstanding_of(slot) += grant; });
+  }
+}
+
+void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept {
+  std::lock_guard lock(mutex_);
+  lock_shards();
+  fold_locked();
+  const bool fast_kind = event.kind == EventKind::kAlloc || event.kind == EventKind::kFree;
+  if (fast_kind && event.tag == kUntagged && shard.share_of(event.stream) == LedgerShard::kStreams &&
+      shard.streams_used_ < LedgerShard::kStreams) {
+    UsageStats& usage = streams_.usage_of(event.stream);
+    const std::size_t entry = streams_.index_of(usage);
+    if (entry < StreamUsageTable::kCapacity) {  // the overflow entry stands for many streams
+      LedgerShard::StreamShare& share = shard.streams_[shard.streams_used_++];
+      share.stream = event.stream;
+      share.entry = entry;
+      share.usage = &usage;
+    }
+  }
+  if (event.kind == EventKind::kAlloc) make_room_locked(event);
+  apply(event);
+  if (fast_kind) grant_credit_locked(shard, event);
+  unlock_shards();
+}
+
+void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
+  std::lock_guard lock(mutex_);
+  bool exact = false;  // whether the update needs the shards folded and their credit checked
+  if (event.kind == EventKind::kAlloc) {
+    exact = !raise_fits(event);
+  } else if (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate) {
+    // Reserved reaching its peak arms "active at peak reserved", read from the exact sum.
+    const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
+    exact = aggregate_current(&PoolCounters::reserved_bytes) +
+                static_cast<std::int64_t>(event.size) >=
+            all.reserved_bytes.peak;
+  }
+  if (!exact) {
+    apply(event);
+    return;
+  }
+  lock_shards();
+  fold_locked();
+  if (event.kind == EventKind::kAlloc) {
+    make_room_locked(event);
+  } else {
+    // Credit for the aggregate's active bytes was granted against a ceiling that may drop now.
+    revoke_slot_locked(Slot{Slot::kAggregate, 0, kActiveBytes});
+  }
+  apply(event);
+  unlock_shards();
+}
+
+}  // namespace vramledger
