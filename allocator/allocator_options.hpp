@@ -9,6 +9,12 @@ namespace vramledger {
 struct AllocatorOptions {
   // Requests are rounded up to a multiple of this (bytes, power of two).
   std::size_t round_bytes = 512;
+  // Per-thread front caches (docs/design.md, 5.2): the most bytes of freed blocks each thread
+  // keeps for itself, by stream and exact size, in front of the heaps; 0 = off. Blocks up to a
+  // quarter of it enter. Needs an observer with shards (the Ledger) or none. Off by default
+  // until measured on a GPU: parked blocks are cached memory no other stream can use before an
+  // empty_cache or an out-of-memory retry returns them.
+  std::size_t front_cache_bytes = 0;
   // Requests of at most this many bytes come from the small pool. 0 picks the heap's default:
   // 1 MiB for the segment heap (PyTorch's), 64 KiB for the paged heap, where pages are shared by
   // neighbours anyway and a low limit measured best on the trace corpus (bench/results/).

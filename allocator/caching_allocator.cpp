@@ -12,6 +12,10 @@ namespace vramledger {
 inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* observer,
                                     AllocatorOptions options)
     : backend_(backend), observer_(observer), options_(options), cap_(options.cap_bytes) {
+  front_enabled_ = options_.front_cache_bytes != 0 &&
+                   (observer_ == nullptr || observer_->has_shards());
+  front_max_block_ = options_.front_cache_bytes / 4;
+  front_id_ = next_front_id();
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "round_bytes must be a power of two, got " + std::to_string(options_.round_bytes));
@@ -43,6 +47,15 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
 
 inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                                                   std::size_t block_bytes) {
+  const std::size_t size = request_size(bytes, block_bytes);
+  const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  std::lock_guard lock(mutex_);
+  return allocate_block_locked(bytes, size, pool, stream, tag)->address;
+}
+
+// The block size a request gets; throws for 0 and impossible sizes.
+inline std::size_t CachingAllocator::Impl::request_size(std::size_t bytes,
+                                                        std::size_t block_bytes) const {
   if (bytes == 0) {
     throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
   }
@@ -51,12 +64,14 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
                 "request of " + format_bytes_exact(bytes) + " exceeds the largest supported size " +
                     format_bytes_exact(kMaxRequestBytes));
   }
-  const std::size_t size =
-      round_up(block_bytes > bytes && block_bytes <= kMaxRequestBytes ? block_bytes : bytes,
-               options_.round_bytes);
-  const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  return round_up(block_bytes > bytes && block_bytes <= kMaxRequestBytes ? block_bytes : bytes,
+                  options_.round_bytes);
+}
 
-  std::lock_guard lock(mutex_);
+// A block from the heaps, handed out and announced; once more after releasing the cache.
+inline Block* CachingAllocator::Impl::allocate_block_locked(std::size_t bytes, std::size_t size,
+                                                            PoolKind pool, StreamHandle stream,
+                                                            TagId tag) {
   if (!pending_.empty()) process_completed_frees_locked();
   StreamHeaps& heaps = heaps_for(stream);
   Block* block = nullptr;
@@ -72,7 +87,8 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
       throw OutOfMemoryError(describe_oom(bytes, stream, error.what()));
     }
   }
-  return hand_out(block, bytes, stream, tag);
+  hand_out(block, bytes, stream, tag);
+  return block;
 }
 
 inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::size_t bytes,
@@ -216,6 +232,8 @@ inline std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, Strea
 CachingAllocator::CachingAllocator(DeviceBackend& backend, AllocatorObserver* observer,
                                    AllocatorOptions options)
     : impl_(std::make_unique<Impl>(backend, observer, options)), observer_(observer) {
+  // Front caches: detail/front_cache.cpp. Each entry point below that a parked or front-held
+  // block changes goes through it first.
   if (observer_ != nullptr) observer_->attach_allocator();
 }
 CachingAllocator::~CachingAllocator() {
@@ -225,15 +243,20 @@ CachingAllocator::~CachingAllocator() {
 
 DevicePtr CachingAllocator::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                                      std::size_t block_bytes) {
-  return impl_->allocate(bytes, stream, tag, block_bytes);
+  return impl_->front_allocate(bytes, stream, tag, block_bytes);
 }
 DevicePtr CachingAllocator::allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream,
                                         TagId tag) {
+  impl_->flush_front_caches();  // parked blocks may hold the bytes
   return impl_->allocate_at(address, bytes, stream, tag);
 }
-void CachingAllocator::deallocate(DevicePtr ptr) { impl_->deallocate(ptr); }
-void CachingAllocator::deallocate_as_ordered(DevicePtr ptr) { impl_->deallocate_as_ordered(ptr); }
+void CachingAllocator::deallocate(DevicePtr ptr) { impl_->front_deallocate(ptr); }
+void CachingAllocator::deallocate_as_ordered(DevicePtr ptr) {
+  impl_->front_detach(ptr);
+  impl_->deallocate_as_ordered(ptr);
+}
 void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {
+  impl_->front_detach(ptr);  // a block used on other streams never goes back to a front cache
   impl_->record_stream(ptr, stream);
 }
 void CachingAllocator::empty_cache() { impl_->empty_cache(); }
@@ -241,8 +264,14 @@ void CachingAllocator::process_completed_frees() { impl_->process_completed_free
 void CachingAllocator::set_cap(std::size_t cap_bytes) { impl_->set_cap(cap_bytes); }
 void CachingAllocator::set_no_split(bool no_split) { impl_->set_no_split(no_split); }
 std::size_t CachingAllocator::cap() const { return impl_->cap(); }
-bool CachingAllocator::owns(DevicePtr ptr) const { return impl_->owns(ptr); }
-AllocationInfo CachingAllocator::describe(DevicePtr ptr) const { return impl_->describe(ptr); }
+bool CachingAllocator::owns(DevicePtr ptr) const {
+  bool owned = false;
+  return impl_->front_owns(ptr, &owned) ? owned : impl_->owns(ptr);
+}
+AllocationInfo CachingAllocator::describe(DevicePtr ptr) const {
+  AllocationInfo info;
+  return impl_->front_describe(ptr, &info) ? info : impl_->describe(ptr);
+}
 std::vector<SegmentInfo> CachingAllocator::segments() const { return impl_->segments(); }
 BlockCensus CachingAllocator::census() const { return impl_->census(); }
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }

@@ -22,13 +22,15 @@
 namespace vramledger {
 namespace {
 
-constexpr std::size_t kMaxThreads = 8;
+constexpr std::size_t kMaxThreads = 16;
+constexpr std::size_t kFrontCacheBytes = std::size_t{1} << 30;  // every benchmarked size enters
 constexpr std::size_t kLiveBlocks = 64;
 constexpr std::size_t kPatternLength = 4096;  // a power of two: the loop wraps with a mask
 
 // A simulated H200 with an allocator and its ledger; `paged` picks the heap shape.
 struct Rig {
-  explicit Rig(bool paged) : device(device_options(paged)), allocator(device, &ledger) {
+  explicit Rig(bool paged, bool front = false)
+      : device(device_options(paged)), allocator(device, &ledger, allocator_options(front)) {
     for (std::size_t i = 0; i < kMaxThreads; ++i) {
       streams[i] = i == 0 ? StreamHandle{0} : device.create_stream();
     }
@@ -37,6 +39,11 @@ struct Rig {
     SimulatedDeviceOptions options;
     options.capacity_bytes = std::size_t{140} << 30;
     options.supports_virtual_memory = paged;
+    return options;
+  }
+  static AllocatorOptions allocator_options(bool front) {
+    AllocatorOptions options;
+    options.front_cache_bytes = front ? kFrontCacheBytes : 0;
     return options;
   }
   SimulatedDevice device;
@@ -63,7 +70,7 @@ struct MixedPattern {
 
 void FixedSize(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
-  Rig rig(state.range(1) != 0);
+  Rig rig(state.range(1) != 0, state.range(2) != 0);
   rig.allocator.deallocate(rig.allocator.allocate(bytes, 0));  // warm: the block is cached
   for (auto _ : state) {
     DevicePtr ptr = rig.allocator.allocate(bytes, 0);
@@ -74,10 +81,10 @@ void FixedSize(benchmark::State& state) {
 }
 
 // One iteration frees one of this thread's 64 live blocks and allocates its replacement.
-void run_mixed(benchmark::State& state, Rig& rig) {
+void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   const auto thread = static_cast<std::size_t>(state.thread_index());
   const MixedPattern pattern(0x5eed + thread);
-  const StreamHandle stream = rig.streams[thread % kMaxThreads];
+  const StreamHandle stream = shared_stream ? rig.streams[0] : rig.streams[thread % kMaxThreads];
   std::array<DevicePtr, kLiveBlocks> live{};
   for (std::size_t i = 0; i < kLiveBlocks; ++i) {
     live[i] = rig.allocator.allocate(pattern.sizes[i], stream);
@@ -94,35 +101,60 @@ void run_mixed(benchmark::State& state, Rig& rig) {
 }
 
 void Mixed(benchmark::State& state) {
-  Rig rig(state.range(0) != 0);
+  Rig rig(state.range(0) != 0, state.range(1) != 0);
   run_mixed(state, rig);
 }
 
-// Threads share one allocator (each on its own stream, as torch's per-stream pools would be).
-// The rig outlives the runs so every thread count starts from the same warm cache.
-Rig& shared_rig(bool paged) {
-  static Rig segment_rig(false);
-  static Rig paged_rig(true);
-  return paged ? paged_rig : segment_rig;
+// Threads share one allocator. The rig outlives the runs so every thread count starts from the
+// same warm cache.
+Rig& shared_rig(bool paged, bool front) {
+  static Rig rigs[2][2] = {{Rig(false, false), Rig(false, true)}, {Rig(true, false), Rig(true, true)}};
+  return rigs[paged ? 1 : 0][front ? 1 : 0];
 }
 
-void MixedThreads(benchmark::State& state) { run_mixed(state, shared_rig(state.range(0) != 0)); }
+void MixedThreads(benchmark::State& state) {
+  run_mixed(state, shared_rig(state.range(0) != 0, state.range(1) != 0), state.range(2) != 0);
+}
+
+// Warm pairs of one size per thread (512 B, 64 KiB: the sizes a training step repeats).
+void PairThreads(benchmark::State& state) {
+  const auto thread = static_cast<std::size_t>(state.thread_index());
+  Rig& rig = shared_rig(state.range(0) != 0, state.range(1) != 0);
+  const StreamHandle stream = state.range(2) != 0 ? rig.streams[0] : rig.streams[thread];
+  const auto bytes = static_cast<std::size_t>(state.range(3));
+  rig.allocator.deallocate(rig.allocator.allocate(bytes, stream));
+  for (auto _ : state) {
+    DevicePtr ptr = rig.allocator.allocate(bytes, stream);
+    benchmark::DoNotOptimize(ptr);
+    rig.allocator.deallocate(ptr);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
 
 constexpr std::int64_t kKiB = 1 << 10;
 constexpr std::int64_t kMiB = 1 << 20;
 
 BENCHMARK(FixedSize)
-    ->ArgNames({"bytes", "paged"})
-    ->ArgsProduct({{512, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB}, {1, 0}});
-BENCHMARK(Mixed)->ArgName("paged")->Arg(1)->Arg(0);
+    ->ArgNames({"bytes", "paged", "front"})
+    ->ArgsProduct({{512, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB}, {1, 0}, {0, 1}});
+BENCHMARK(Mixed)->ArgNames({"paged", "front"})->ArgsProduct({{1, 0}, {0, 1}});
 BENCHMARK(MixedThreads)
-    ->ArgName("paged")
-    ->Arg(1)
-    ->Arg(0)
+    ->ArgNames({"paged", "front", "shared"})
+    ->ArgsProduct({{1, 0}, {0, 1}, {0, 1}})
     ->Threads(1)
     ->Threads(2)
     ->Threads(4)
     ->Threads(8)
+    ->Threads(16)
+    ->UseRealTime();
+BENCHMARK(PairThreads)
+    ->ArgNames({"paged", "front", "shared", "bytes"})
+    ->ArgsProduct({{1, 0}, {0, 1}, {0, 1}, {512, 64 * kKiB}})
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->Threads(8)
+    ->Threads(16)
     ->UseRealTime();
 
 }  // namespace

@@ -13,6 +13,7 @@ namespace vramledger {
 
 struct AddressRange;
 struct StreamHeaps;
+class ThreadCache;
 
 enum class BlockState : std::uint8_t {
   kFree,         // in a free index, reusable by its stream
@@ -36,6 +37,7 @@ struct Block {
   TagId tag = kUntagged;
   int pending_events = 0;
   std::vector<StreamHandle> stream_uses;  // other streams recorded with record_stream
+  ThreadCache* front = nullptr;  // the front cache managing this allocated block, if any
 
   DevicePtr end() const { return address + size; }
   bool is_active() const { return state != BlockState::kFree; }

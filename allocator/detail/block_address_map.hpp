@@ -1,5 +1,6 @@
 // Live blocks by start address: an open-addressing table with linear probing and backward-shift
 // deletion, so lookups on the free path touch one or two cache lines and never allocate.
+// AddressMap<T> maps addresses to any T* (the front caches' FrontBlock, thread_cache.hpp).
 #pragma once
 
 #include <cstddef>
@@ -10,11 +11,12 @@
 
 namespace vramledger {
 
-class BlockAddressMap {
+template <typename T>
+class AddressMap {
  public:
-  BlockAddressMap() { slots_.resize(kInitialCapacity); }
+  AddressMap() { slots_.resize(kInitialCapacity); }
 
-  Block* find(DevicePtr address) const {
+  T* find(DevicePtr address) const {
     for (std::size_t i = home(address);; i = (i + 1) & mask()) {
       const Slot& s = slots_[i];
       if (s.block == nullptr) return nullptr;
@@ -22,20 +24,20 @@ class BlockAddressMap {
     }
   }
 
-  void insert(DevicePtr address, Block* block) {
+  void insert(DevicePtr address, T* block) {
     if ((size_ + 1) * 4 > slots_.size() * 3) grow();
     place(address, block);
     ++size_;
   }
 
   // Returns the block that was stored, or nullptr when the address is unknown.
-  Block* erase(DevicePtr address) {
+  T* erase(DevicePtr address) {
     std::size_t i = home(address);
     for (;; i = (i + 1) & mask()) {
       if (slots_[i].block == nullptr) return nullptr;
       if (slots_[i].address == address) break;
     }
-    Block* erased = slots_[i].block;
+    T* erased = slots_[i].block;
     // Backward shift: pull later entries of the probe run into the hole.
     std::size_t hole = i;
     for (std::size_t j = (i + 1) & mask(); slots_[j].block != nullptr; j = (j + 1) & mask()) {
@@ -65,7 +67,7 @@ class BlockAddressMap {
  private:
   struct Slot {
     DevicePtr address = 0;
-    Block* block = nullptr;
+    T* block = nullptr;
   };
   static constexpr std::size_t kInitialCapacity = 1024;
 
@@ -74,7 +76,7 @@ class BlockAddressMap {
     // Addresses are at least 512-byte aligned: drop those bits, then mix.
     return static_cast<std::size_t>(((address >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
   }
-  void place(DevicePtr address, Block* block) {
+  void place(DevicePtr address, T* block) {
     std::size_t i = home(address);
     while (slots_[i].block != nullptr) i = (i + 1) & mask();
     slots_[i] = Slot{address, block};
@@ -90,5 +92,7 @@ class BlockAddressMap {
   std::vector<Slot> slots_;
   std::size_t size_ = 0;
 };
+
+using BlockAddressMap = AddressMap<Block>;
 
 }  // namespace vramledger

@@ -14,6 +14,7 @@ inline void CachingAllocator::Impl::empty_cache() {
 
 inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   std::lock_guard lock(mutex_);
+  flush_front_caches_locked(&stream);
   throw_if_error(backend_.synchronize_device(), "release_stream: synchronizing the device");
   // Uses on the released stream are complete now; forget them.
   live_.for_each([&](Block* block) {
@@ -35,6 +36,7 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
 }
 
 inline void CachingAllocator::Impl::release_cached_locked() {
+  flush_front_caches_locked(nullptr);  // parked blocks are cached memory too
   if (paged_) {
     // One fence per stream covers every page freed so far; wait for all of them.
     for (auto& heaps : streams_) {

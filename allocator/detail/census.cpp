@@ -55,6 +55,7 @@ inline std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
       }
     }
   }
+  front_segments_locked(result);  // parked blocks are free from the user's view
   return result;
 }
 
@@ -89,6 +90,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
     census.pools[p].reserved_bytes += held * static_cast<std::int64_t>(page_bytes_);
     census.free_physical_pages += held;
   }
+  front_census_locked(census);  // parked blocks are free from the user's view
   return census;
 }
 

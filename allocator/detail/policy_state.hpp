@@ -44,6 +44,7 @@
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
+#include "allocator/detail/thread_cache.hpp"
 #include "allocator/spin_mutex.hpp"
 #include "allocator/text_format.hpp"
 
@@ -81,7 +82,10 @@ struct PendingEvent {
 class CachingAllocator::Impl {
  public:
   Impl(DeviceBackend& backend, AllocatorObserver* observer, AllocatorOptions options);
-  ~Impl() { release_everything_at_exit(); }
+  ~Impl() {
+    retire_front_caches();  // their parked blocks back to the heaps, their ledger shards closed
+    release_everything_at_exit();
+  }
 
   // ---- public operations (the facade forwards to these; each takes the lock)
 
@@ -102,6 +106,14 @@ class CachingAllocator::Impl {
   // detail/cache_release.cpp
   void empty_cache();
   void release_stream(StreamHandle stream);
+  // detail/front_cache.cpp: the front caches' entry points (each falls back to the heap path)
+  DevicePtr front_allocate(std::size_t bytes, StreamHandle stream, TagId tag,
+                           std::size_t block_bytes);
+  void front_deallocate(DevicePtr ptr);
+  bool front_owns(DevicePtr ptr, bool* owned) const;
+  bool front_describe(DevicePtr ptr, AllocationInfo* info) const;
+  void front_detach(DevicePtr ptr);
+  void flush_front_caches();
   // detail/census.cpp
   AllocationInfo describe(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
@@ -127,6 +139,8 @@ class CachingAllocator::Impl {
     } else if (kind == EventKind::kFree || kind == EventKind::kFreeCompleted) {
       active_bytes_ -= size;
     }
+    // A front cache's parked block going back to its heap was counted free when the user freed it.
+    if (kind == EventKind::kFree && returning_front_block_) kind = EventKind::kFrontCacheReturn;
     if (observer_ == nullptr) return;
     AllocatorEvent event;
     event.kind = kind;
@@ -330,6 +344,33 @@ class CachingAllocator::Impl {
   std::map<std::size_t, std::vector<PhysicalHandle>> free_physical_[2];
   std::size_t free_physical_pages_[2] = {0, 0};
   std::size_t max_chunk_pages_ = 1;  // largest chunk created at once
+
+  // ---- front caches (detail/front_cache.cpp, thread_cache.hpp; docs/design.md, 5.2)
+  // Lock order: mutex_ -> front_mutex_ -> a ThreadCache's mutex(); the observer's own lock sits
+  // between mutex_ and the caches' (a cache's mutex is its ledger shard's). A thread holding a
+  // cache's mutex takes no other lock.
+  bool front_enabled_ = false;
+  std::size_t front_max_block_ = 0;  // larger blocks never enter a front cache
+  std::uint64_t front_id_ = 0;       // never reused: thread-local lookups key on it
+  bool returning_front_block_ = false;  // see emit
+  mutable SpinMutex front_mutex_;       // front_caches_
+  std::vector<std::shared_ptr<ThreadCache>> front_caches_;
+
+  static std::uint64_t next_front_id();
+  static void retire_front_cache_of(void* impl, const std::shared_ptr<ThreadCache>& cache);
+  ThreadCache* front_cache_of_thread();
+  ThreadCache* front_cache_if_any() const;
+  Block* allocate_block_locked(std::size_t bytes, std::size_t size, PoolKind pool,
+                               StreamHandle stream, TagId tag);
+  std::size_t request_size(std::size_t bytes, std::size_t block_bytes) const;
+  void return_front_block_locked(Block* block);
+  void flush_front_caches_locked(const StreamHandle* stream);
+  FrontBlock detach_front_block_locked(Block* block, const char* action);
+  void retire_front_cache_locked(ThreadCache& cache);
+  void retire_front_cache(const std::shared_ptr<ThreadCache>& cache);
+  void retire_front_caches();
+  void front_census_locked(BlockCensus& census) const;
+  void front_segments_locked(std::vector<SegmentInfo>& segments) const;
 };
 
 }  // namespace vramledger

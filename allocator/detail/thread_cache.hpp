@@ -1,0 +1,144 @@
+// The front cache of one thread for one allocator (docs/design.md, 5.2): the blocks it manages and
+// the free ones among them ("parked"), binned by stream and exact size, so that a warm
+// allocate/free pair of a repeated size takes one uncontended lock and touches only this
+// thread's cache lines.
+//
+// A managed block is allocated from the heap's point of view (its Block stays allocated, its
+// pages in use); the ledger counts a parked one as free (cached). Only the owning thread parks
+// and pops; other threads, under the allocator's lock, flush parked blocks back to the heap
+// (empty_cache, out-of-memory retry, release_stream), read them (census, segments) or take over
+// a held block (a free from another thread, record_stream). Everything here is guarded by
+// mutex(): the thread's ledger shard's mutex when the observer has shards, else its own.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "allocator/allocator_events.hpp"
+#include "allocator/detail/block.hpp"
+#include "allocator/detail/block_address_map.hpp"
+#include "allocator/detail/object_pool.hpp"
+#include "allocator/spin_mutex.hpp"
+
+namespace vramledger {
+
+// A block a front cache manages.
+struct FrontBlock {
+  Block* block = nullptr;     // the heap's; its fields are read only under the allocator's lock
+  DevicePtr address = 0;
+  std::size_t size = 0;       // the block's size
+  std::size_t requested = 0;  // the user's request while held
+  StreamHandle stream = 0;
+  PoolKind pool = PoolKind::kSmall;
+  bool parked = false;        // free from the user's view, waiting in a bin
+};
+
+class ThreadCache {
+ public:
+  static constexpr std::size_t kStreams = 4;  // streams with bins; others go to the heap
+  static constexpr std::size_t kSizes = 16;   // distinct sizes binned per stream
+  static constexpr std::size_t kDepth = 8;    // parked blocks per size
+
+  ThreadCache() = default;
+  ThreadCache(const ThreadCache&) = delete;
+  ThreadCache& operator=(const ThreadCache&) = delete;
+
+  SpinMutex& mutex() noexcept { return shard != nullptr ? shard->mutex() : own_mutex_; }
+
+  // A parked block of exactly `size` on `stream`, unparked; null when none.
+  FrontBlock* pop(StreamHandle stream, std::size_t size) noexcept {
+    StreamBins* bins = bins_of(stream);
+    if (bins == nullptr) return nullptr;
+    for (Bin& bin : bins->sizes) {
+      if (bin.size != size || bin.count == 0) continue;
+      FrontBlock* front = bin.blocks[--bin.count];
+      front->parked = false;
+      parked_bytes -= front->size;
+      return front;
+    }
+    return nullptr;
+  }
+
+  // Parks a held block; false (nothing changed) when its stream, size or the byte limit has no
+  // room.
+  bool park(FrontBlock* front) noexcept {
+    if (parked_bytes + front->size > max_parked_bytes) return false;
+    StreamBins* bins = bins_of(front->stream);
+    if (bins == nullptr) {
+      if (streams_used_ == kStreams) return false;
+      bins = &streams_[streams_used_++];
+      *bins = StreamBins{};
+      bins->stream = front->stream;
+    }
+    Bin* empty = nullptr;
+    for (Bin& bin : bins->sizes) {
+      if (bin.size == front->size) {
+        if (bin.count == kDepth) return false;
+        bin.blocks[bin.count++] = front;
+        front->parked = true;
+        parked_bytes += front->size;
+        return true;
+      }
+      if (bin.count == 0 && empty == nullptr) empty = &bin;
+    }
+    if (empty == nullptr) return false;
+    empty->size = front->size;
+    empty->blocks[empty->count++] = front;
+    front->parked = true;
+    parked_bytes += front->size;
+    return true;
+  }
+
+  // Calls take(front) for every parked block (of `stream` only, unless null), unparking them
+  // all; the caller then removes them from `blocks`.
+  template <typename Take>
+  void unpark_all(const StreamHandle* stream, Take&& take) {
+    for (std::size_t i = 0; i < streams_used_; ++i) {
+      StreamBins& bins = streams_[i];
+      if (stream != nullptr && bins.stream != *stream) continue;
+      for (Bin& bin : bins.sizes) {
+        for (std::uint32_t k = 0; k < bin.count; ++k) {
+          bin.blocks[k]->parked = false;
+          parked_bytes -= bin.blocks[k]->size;
+          take(bin.blocks[k]);
+        }
+        bin.count = 0;
+      }
+    }
+  }
+
+  // ---- state (under mutex())
+  ObserverShard* shard = nullptr;  // the ledger's share for this thread, or null
+  AddressMap<FrontBlock> blocks;   // every block managed here, held or parked, by address
+  ObjectPool<FrontBlock> entries;
+  std::size_t parked_bytes = 0;
+  std::size_t max_parked_bytes = 0;
+  // Set and read under the allocator's front registry lock (CachingAllocator::Impl).
+  bool in_use = false;  // a live thread owns it; a retired one waits to be reused
+
+ private:
+  struct Bin {
+    std::size_t size = 0;
+    std::uint32_t count = 0;
+    std::array<FrontBlock*, kDepth> blocks{};
+  };
+  struct StreamBins {
+    StreamHandle stream = 0;
+    std::array<Bin, kSizes> sizes{};
+  };
+
+  StreamBins* bins_of(StreamHandle stream) noexcept {
+    for (std::size_t i = 0; i < streams_used_; ++i) {
+      if (streams_[i].stream == stream) return &streams_[i];
+    }
+    return nullptr;
+  }
+
+  SpinMutex own_mutex_;
+  std::array<StreamBins, kStreams> streams_{};
+  std::size_t streams_used_ = 0;
+};
+
+}  // namespace vramledger

@@ -1,0 +1,252 @@
+// The per-thread front caches (allocator/detail/thread_cache.hpp, front_cache.cpp) and the
+// ledger's shards (accounting/ledger_shard.hpp), single- and few-threaded, on both heap shapes:
+// parked blocks are free in every count, every query still sees the truth, and the ledger's
+// counters and peaks are those of the same operations without front caches.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "accounting/consistency.hpp"
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/errors.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+
+namespace vramledger {
+namespace {
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+enum class Heap { kSegment, kPaged };
+
+SimulatedDeviceOptions device_options(Heap heap) {
+  SimulatedDeviceOptions options;
+  options.capacity_bytes = 8 * kGiB;
+  options.supports_virtual_memory = heap == Heap::kPaged;
+  return options;
+}
+
+AllocatorOptions with_front_cache(std::size_t bytes = 64 * kMiB) {
+  AllocatorOptions options;
+  options.front_cache_bytes = bytes;
+  return options;
+}
+
+class FrontCacheTest : public testing::TestWithParam<Heap> {
+ protected:
+  FrontCacheTest() : device_(device_options(GetParam())), allocator_(device_, &ledger_, with_front_cache()) {}
+
+  void expect_consistent() {
+    const ConsistencyReport report = check_consistency(ledger_, allocator_.census());
+    EXPECT_TRUE(report.ok()) << report.to_string();
+  }
+  const PoolCounters& all() {
+    counters_ = ledger_.counters();
+    return counters_.aggregate();
+  }
+
+  SimulatedDevice device_;
+  Ledger ledger_;
+  CachingAllocator allocator_;
+  LedgerCounters counters_;
+};
+
+TEST_P(FrontCacheTest, ParkedBlockIsFreeInEveryCountAndComesBack) {
+  const DevicePtr first = allocator_.allocate(4 * kKiB, 0);
+  expect_consistent();
+  const std::int64_t reserved = all().reserved_bytes.current;
+  allocator_.deallocate(first);  // parked
+  EXPECT_EQ(all().allocated_bytes.current, 0);
+  EXPECT_EQ(all().requested_bytes.current, 0);
+  EXPECT_EQ(all().active.current, 0);
+  EXPECT_EQ(all().reserved_bytes.current, reserved);
+  expect_consistent();
+  EXPECT_FALSE(allocator_.owns(first));
+  EXPECT_THROW(allocator_.describe(first), Error);
+  for (const SegmentInfo& segment : allocator_.segments()) {
+    for (const BlockInfo& block : segment.blocks) {
+      if (block.address == first) {
+        EXPECT_FALSE(block.allocated);
+      }
+    }
+  }
+
+  const DevicePtr again = allocator_.allocate(4 * kKiB - 100, 0);  // same block size
+  EXPECT_EQ(again, first);
+  EXPECT_TRUE(allocator_.owns(again));
+  EXPECT_EQ(allocator_.describe(again).requested, 4 * kKiB - 100);
+  EXPECT_EQ(all().requested_bytes.current, static_cast<std::int64_t>(4 * kKiB - 100));
+  EXPECT_EQ(all().requested_bytes.peak, static_cast<std::int64_t>(4 * kKiB));
+  expect_consistent();
+  allocator_.deallocate(again);
+  expect_consistent();
+}
+
+TEST_P(FrontCacheTest, DoubleFreeOfAParkedBlockIsRefusedAndChangesNothing) {
+  const DevicePtr ptr = allocator_.allocate(512, 0);
+  allocator_.deallocate(ptr);
+  const LedgerCounters before = ledger_.counters();
+  try {
+    allocator_.deallocate(ptr);
+    FAIL() << "double free accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kDoubleFree);
+  }
+  EXPECT_THROW(allocator_.record_stream(ptr, device_.create_stream()), Error);
+  EXPECT_EQ(ledger_.counters().aggregate(), before.aggregate());
+  expect_consistent();
+}
+
+TEST_P(FrontCacheTest, EmptyCacheReturnsParkedBlocks) {
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(allocator_.allocate((i + 1) * 8 * kKiB, 0));
+  for (DevicePtr ptr : blocks) allocator_.deallocate(ptr);
+  EXPECT_GT(all().reserved_bytes.current, 0);
+  allocator_.empty_cache();
+  EXPECT_EQ(all().allocated_bytes.current, 0);
+  if (GetParam() == Heap::kSegment) {
+    EXPECT_EQ(all().reserved_bytes.current, 0);
+  }
+  EXPECT_EQ(all().mapped_bytes.current, 0);
+  expect_consistent();
+}
+
+TEST_P(FrontCacheTest, ReleaseStreamReturnsThatStreamsParkedBlocks) {
+  const StreamHandle side = device_.create_stream();
+  const DevicePtr ptr = allocator_.allocate(64 * kKiB, side);
+  allocator_.deallocate(ptr);
+  allocator_.release_stream(side);
+  EXPECT_EQ(all().mapped_bytes.current, 0);
+  expect_consistent();
+  (void)device_.destroy_stream(side);
+}
+
+TEST_P(FrontCacheTest, RecordStreamTakesTheBlockOutOfTheFrontCache) {
+  const StreamHandle side = device_.create_stream();
+  ASSERT_TRUE(device_.pause_stream(side).is_ok());
+  const DevicePtr ptr = allocator_.allocate(8 * kKiB, 0);
+  allocator_.deallocate(ptr);
+  const DevicePtr held = allocator_.allocate(8 * kKiB - 7, 0);  // from the front cache
+  ASSERT_EQ(held, ptr);
+  allocator_.record_stream(held, side);
+  allocator_.deallocate(held);  // waits for `side`: pending, not parked
+  EXPECT_EQ(all().allocated_bytes.current, 0);
+  EXPECT_EQ(all().active_bytes.current, static_cast<std::int64_t>(8 * kKiB));
+  EXPECT_EQ(all().requested_bytes.current, static_cast<std::int64_t>(8 * kKiB - 7));
+  expect_consistent();
+  EXPECT_NE(allocator_.allocate(8 * kKiB, 0), held);  // not reusable yet
+  ASSERT_TRUE(device_.resume_stream(side).is_ok());
+  allocator_.process_completed_frees();
+  expect_consistent();
+}
+
+TEST_P(FrontCacheTest, AFreeFromAnotherThreadAndThreadExitKeepTheBooks) {
+  std::vector<DevicePtr> made;
+  std::thread maker([&] {
+    for (int i = 0; i < 4; ++i) made.push_back(allocator_.allocate(16 * kKiB, 0));
+    const DevicePtr parked = allocator_.allocate(32 * kKiB, 0);
+    allocator_.deallocate(parked);  // parked in the maker's cache, returned at its exit
+  });
+  maker.join();
+  expect_consistent();
+  allocator_.deallocate(made[0]);  // the maker's cache is gone: the heap's block now
+  std::thread other([&] { allocator_.deallocate(made[1]); });
+  other.join();
+  expect_consistent();
+  // Held by this thread's cache, freed by another thread: the heap frees it.
+  const DevicePtr mine = allocator_.allocate(16 * kKiB, 0);
+  std::thread freer([&] { allocator_.deallocate(mine); });
+  freer.join();
+  expect_consistent();
+  EXPECT_THROW(allocator_.deallocate(mine), Error);
+  allocator_.deallocate(made[2]);
+  allocator_.deallocate(made[3]);
+  allocator_.empty_cache();
+  EXPECT_EQ(all().allocated_bytes.current, 0);
+  expect_consistent();
+}
+
+TEST_P(FrontCacheTest, OutOfMemoryRetryReclaimsParkedBlocks) {
+  SimulatedDeviceOptions options = device_options(GetParam());
+  options.capacity_bytes = 64 * kMiB;
+  SimulatedDevice device(options);
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger, with_front_cache(256 * kMiB));
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(allocator.allocate(8 * kMiB, 0));
+  for (DevicePtr ptr : blocks) allocator.deallocate(ptr);  // 48 MiB parked
+  const DevicePtr big = allocator.allocate(40 * kMiB, 0);  // fits only once they are returned
+  EXPECT_TRUE(allocator.owns(big));
+  allocator.deallocate(big);
+  const ConsistencyReport report = check_consistency(ledger, allocator.census());
+  EXPECT_TRUE(report.ok()) << report.to_string();
+}
+
+// The same random single-threaded run with and without front caches: every counter the user
+// drives (counts and requested bytes, current and peak, per pool, per stream and untagged) ends
+// equal, and the census agrees with the ledger throughout.
+TEST_P(FrontCacheTest, CountersAndPeaksEqualThoseWithoutFrontCaches) {
+  auto run = [&](bool front) {
+    SimulatedDevice device(device_options(GetParam()));
+    Ledger ledger;
+    AllocatorOptions options = with_front_cache(front ? 64 * kMiB : 0);
+    CachingAllocator allocator(device, &ledger, options);
+    const StreamHandle streams[2] = {0, device.create_stream()};
+    std::mt19937_64 rng(42);
+    std::vector<DevicePtr> live;
+    const std::size_t sizes[] = {512, 1000, 4 * kKiB, 60 * kKiB, 700 * kKiB, 3 * kMiB, 20 * kMiB};
+    for (int step = 0; step < 20'000; ++step) {
+      const auto threshold = static_cast<std::uint64_t>(50 + (step / 2000) % 3 * 3);
+      const bool grow = live.size() < 8 || (live.size() < 200 && rng() % 100 < threshold);
+      if (grow) {
+        live.push_back(allocator.allocate(sizes[rng() % 7] - rng() % 400, streams[rng() % 2]));
+      } else {
+        const std::size_t at = rng() % live.size();
+        allocator.deallocate(live[at]);
+        live[at] = live.back();
+        live.pop_back();
+      }
+      if (step % 2500 == 0) {
+        const ConsistencyReport report = check_consistency(ledger, allocator.census());
+        EXPECT_TRUE(report.ok()) << report.to_string();
+      }
+      if (step == 10'000) ledger.reset_peaks();
+    }
+    LedgerCounters counters = ledger.counters();
+    std::vector<StreamUsage> per_stream = ledger.per_stream();
+    for (DevicePtr ptr : live) allocator.deallocate(ptr);
+    return std::make_pair(counters, per_stream);
+  };
+  const auto [off, off_streams] = run(false);
+  const auto [on, on_streams] = run(true);
+  for (std::size_t pool = 0; pool < kStatPoolCount; ++pool) {
+    SCOPED_TRACE(pool);
+    const PoolCounters& a = off.pools[pool];
+    const PoolCounters& b = on.pools[pool];
+    EXPECT_EQ(a.allocation, b.allocation);
+    EXPECT_EQ(a.active, b.active);
+    EXPECT_EQ(a.requested_bytes, b.requested_bytes);
+    EXPECT_EQ(a.allocated_requested_bytes, b.allocated_requested_bytes);
+    if (GetParam() == Heap::kPaged) {  // blocks are exactly the rounded request there
+      EXPECT_EQ(a.allocated_bytes, b.allocated_bytes);
+      EXPECT_EQ(a.active_bytes, b.active_bytes);
+    }
+  }
+  ASSERT_EQ(off_streams.size(), on_streams.size());
+  for (std::size_t i = 0; i < off_streams.size(); ++i) {
+    EXPECT_EQ(off_streams[i].usage.allocation, on_streams[i].usage.allocation);
+    EXPECT_EQ(off_streams[i].usage.requested_bytes, on_streams[i].usage.requested_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heaps, FrontCacheTest, testing::Values(Heap::kSegment, Heap::kPaged),
+                         [](const testing::TestParamInfo<Heap>& info) {
+                           return info.param == Heap::kPaged ? "paged" : "segment";
+                         });
+
+}  // namespace
+}  // namespace vramledger
