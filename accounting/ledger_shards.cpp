@@ -342,6 +342,13 @@ void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event
 
 void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept {
   std::lock_guard lock(mutex_);
+  {
+    // Most often only its staged records are full: moving them into the trace needs no other
+    // shard (no credit changes), and the event then fits the shard's own credit.
+    std::lock_guard shard_lock(shard.mutex());
+    fold_shard_locked(shard);
+    if (shard.try_apply(event)) return;
+  }
   lock_shards();
   fold_locked();
   const bool fast_kind = event.kind == EventKind::kAlloc || event.kind == EventKind::kFree;

@@ -2,7 +2,9 @@
 // allocator in one run, so ratios come from the same machine, driver and minute:
 //
 //   vramledger-<backend>  CachingAllocator + ledger over vmm (paged heap), cuda_malloc,
-//                         malloc_async (configured as the plugin is: "backend:<name>")
+//                         malloc_async (configured as the plugin is: "backend:<name>");
+//                         vramledger-<backend>-front: the same with per-thread front caches
+//                         ("backend:<name>,front_cache_mb:1024", docs/design.md 5)
 //   cudaMalloc            cudaMalloc + cudaFree
 //   cudaMallocAsync       cudaMallocAsync + cudaFreeAsync, default pool, release threshold max
 //   torch-native          torch's caching allocator, raw_alloc_with_stream / raw_delete (when
@@ -17,6 +19,10 @@
 //                                   allocates the next; each thread on its own stream. Time is
 //                                   wall time over all threads' operations (per-thread latency is
 //                                   that times N); items_per_second is the aggregate rate.
+//   BM_MixedShared/<allocator>/threads:N  the same ring, every thread on one shared stream
+//   BM_PairThreads/<allocator>/<size>/<own|shared>/threads:N  warm pairs of one size (512B,
+//                                   64KiB) per thread, on its own stream or all on one stream;
+//                                   items_per_second is the aggregate pair rate
 //   BM_Streams/<allocator>/4        the mixed ring on one thread, allocations round-robin over 4
 //                                   streams (a block is freed on the stream it was allocated on)
 //   BM_Growth/<allocator>/<size>    first allocation of 1 GiB / 8 GiB from a cold allocator, plus
@@ -86,6 +92,7 @@ constexpr std::array<SizeCase, 5> kPairSizes = {{{512, "512B"},
                                                  {kMiB, "1MiB"},
                                                  {16 * kMiB, "16MiB"},
                                                  {256 * kMiB, "256MiB"}}};
+constexpr std::array<SizeCase, 2> kThreadPairSizes = {{{512, "512B"}, {64 * kKiB, "64KiB"}}};
 constexpr std::array<SizeCase, 2> kGrowthSizes = {{{kGiB, "1GiB"}, {8 * kGiB, "8GiB"}}};
 
 // How long each case runs. Cached allocators take ~0.1-1 us a pair; cudaMalloc ~65 us, so it
@@ -225,11 +232,11 @@ void pair_case(benchmark::State& state, const std::string& name, Peer& peer, std
   state.SetItemsProcessed(state.iterations());
 }
 
-// round_robin == 0: every block on this thread's own stream; otherwise allocation j goes to
-// stream j % round_robin.
+// round_robin == 0: every block on this thread's own stream (on stream 0 when `shared`);
+// otherwise allocation j goes to stream j % round_robin.
 template <class Peer>
 void ring_case(benchmark::State& state, const std::string& registered_name, Peer& peer,
-               const Streams& streams, std::size_t round_robin) {
+               const Streams& streams, std::size_t round_robin, bool shared = false) {
   // One registration runs at several thread counts: name failures by the run, as the JSON does.
   const std::string name = round_robin == 0
                                ? registered_name + "/threads:" + std::to_string(state.threads())
@@ -241,6 +248,7 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   const auto thread = static_cast<std::size_t>(state.thread_index());
   const std::vector<std::size_t>& sizes = mixed_pattern(state.thread_index()).sizes;
   const auto stream_for = [&](std::size_t j) {
+    if (shared) return streams.at(0);
     return round_robin == 0 ? streams.at(thread) : streams.at(j % round_robin);
   };
   std::array<LiveBlock, kLiveBlocks> live{};
@@ -280,6 +288,35 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
     ++j;
   }
   release_live();
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Warm pairs of one size on every thread: the front caches' case (a training step repeats its
+// sizes), and the lock's and the ledger's when threads share them.
+template <class Peer>
+void pair_threads_case(benchmark::State& state, const std::string& registered_name, Peer& peer,
+                       std::size_t bytes, const Streams& streams, bool shared) {
+  const std::string name = registered_name + "/threads:" + std::to_string(state.threads());
+  if (!g_simulated && cudaSetDevice(kDevice) != cudaSuccess) {
+    fail(state, name, PeerError("cudaSetDevice(0) failed in a benchmark thread"));
+    return;
+  }
+  const cudaStream_t stream =
+      streams.at(shared ? 0 : static_cast<std::size_t>(state.thread_index()));
+  try {
+    peer.deallocate(peer.allocate(bytes, stream), stream);
+  } catch (const std::exception& error) {
+    fail(state, name, error);
+    return;
+  }
+  for (auto _ : state) {
+    try {
+      peer.deallocate(peer.allocate(bytes, stream), stream);
+    } catch (const std::exception& error) {
+      fail(state, name, error);
+      break;
+    }
+  }
   state.SetItemsProcessed(state.iterations());
 }
 
@@ -327,6 +364,8 @@ struct PeerCases {
   std::string name;
   std::function<void(const SizeCase&)> pair;
   std::function<void()> mixed;
+  std::function<void()> mixed_shared;
+  std::function<void(const SizeCase&, bool shared)> pair_threads;
   std::function<void()> streams;
   std::function<void(const SizeCase&)> growth;  // empty: not in the growth list
 };
@@ -349,6 +388,23 @@ PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& str
       const std::string name = "BM_Mixed/" + allocator;
       auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
         ring_case(state, name, *p, *s, 0);
+      });
+      bm->MinTime(min_time_s)->UseRealTime();
+      for (int threads : kThreadCounts) bm->Threads(threads);
+    };
+    cases.mixed_shared = [=] {
+      const std::string name = "BM_MixedShared/" + allocator;
+      auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        ring_case(state, name, *p, *s, 0, true);
+      });
+      bm->MinTime(min_time_s)->UseRealTime();
+      for (int threads : kThreadCounts) bm->Threads(threads);
+    };
+    cases.pair_threads = [=](const SizeCase& size, bool shared) {
+      const std::string name = "BM_PairThreads/" + allocator + "/" + size.label +
+                               (shared ? "/shared" : "/own");
+      auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        pair_threads_case(state, name, *p, size.bytes, *s, shared);
       });
       bm->MinTime(min_time_s)->UseRealTime();
       for (int threads : kThreadCounts) bm->Threads(threads);
@@ -438,6 +494,12 @@ bool run_all(std::vector<PeerCases>& all,
     for (PeerCases& cases : all) if (cases.pair) cases.pair(size);
   }
   for (PeerCases& cases : all) if (cases.mixed) cases.mixed();
+  for (PeerCases& cases : all) if (cases.mixed_shared) cases.mixed_shared();
+  for (const SizeCase& size : kThreadPairSizes) {
+    for (bool shared : {false, true}) {
+      for (PeerCases& cases : all) if (cases.pair_threads) cases.pair_threads(size, shared);
+    }
+  }
   for (PeerCases& cases : all) if (cases.streams) cases.streams();
   for (const SizeCase& size : kGrowthSizes) {
     for (PeerCases& cases : all) if (cases.growth) cases.growth(size);
@@ -460,10 +522,16 @@ bool run_on_gpu(const RunLengths& lengths) {
   std::vector<PeerCases> all;
   std::vector<std::unique_ptr<VramledgerPeer>> vramledger_peers;
   std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
-  for (const std::string backend : {"vmm", "cuda_malloc", "malloc_async"}) {
-    const std::string name = "vramledger-" + backend;
+  // -front: per-thread front caches large enough for every pair size (256 MiB blocks enter).
+  for (const auto& [backend, front] : {std::pair<std::string, bool>{"vmm", false},
+                                       {"vmm", true},
+                                       {"cuda_malloc", false},
+                                       {"cuda_malloc", true},
+                                       {"malloc_async", false}}) {
+    const std::string name = "vramledger-" + backend + (front ? "-front" : "");
     try {
-      vramledger_peers.push_back(VramledgerPeer::on_gpu(backend));
+      vramledger_peers.push_back(
+          VramledgerPeer::on_gpu(backend, front ? ",front_cache_mb:1024" : ""));
     } catch (const Error& error) {
       if (error.code() == ErrorCode::kNotSupported) {
         note("allocator " + name, std::string("SKIPPED, not supported here: ") + error.what());
@@ -476,7 +544,7 @@ bool run_on_gpu(const RunLengths& lengths) {
     note("allocator " + name, peer.describe());
     // malloc_async is left out of the growth list: its pool is a second cache under the policy.
     all.push_back(cases_for(name, peer, *streams, lengths.fast_min_time_s,
-                            lengths.growth_iterations, true, backend != "malloc_async"));
+                            lengths.growth_iterations, true, backend != "malloc_async" && !front));
     ledgers.emplace_back(name, &peer);
   }
 
@@ -536,8 +604,10 @@ bool run_simulated(const RunLengths& lengths, double capacity_gib) {
   std::vector<PeerCases> all;
   std::vector<std::unique_ptr<VramledgerPeer>> peers;
   std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
-  for (const auto& [name, conf] : {std::pair<std::string, std::string>{"simulated-paged", "backend:simulated"},
-                                   {"simulated-segment", "backend:simulated,paged_heap:false"}}) {
+  for (const auto& [name, conf] :
+       {std::pair<std::string, std::string>{"simulated-paged", "backend:simulated"},
+        {"simulated-paged-front", "backend:simulated,front_cache_mb:1024"},
+        {"simulated-segment", "backend:simulated,paged_heap:false"}}) {
     peers.push_back(std::make_unique<VramledgerPeer>(conf, device, fresh_device));
     note("allocator " + name, peers.back()->describe());
     all.push_back(cases_for(name, *peers.back(), *streams, lengths.fast_min_time_s,

@@ -65,8 +65,9 @@ VramledgerPeer::VramledgerPeer(const std::string& conf, std::shared_ptr<DeviceBa
       make_backend_(std::move(make_backend)),
       allocator_(std::make_unique<CachingAllocator>(*backend_, &ledger_, config_.options)) {}
 
-std::unique_ptr<VramledgerPeer> VramledgerPeer::on_gpu(const std::string& backend_name) {
-  const std::string conf = "backend:" + backend_name;
+std::unique_ptr<VramledgerPeer> VramledgerPeer::on_gpu(const std::string& backend_name,
+                                                      const std::string& extra_conf) {
+  const std::string conf = "backend:" + backend_name + extra_conf;
   const std::string name = parse_config(conf).backend;  // rejects unknown names with a clear error
   BackendFactory factory = [name] { return make_cuda_backend(name, kDevice); };
   std::shared_ptr<DeviceBackend> backend = factory();

@@ -56,6 +56,11 @@ class GatedLedger final : public AllocatorObserver {
     std::lock_guard<SpinMutex> lock(mutex_);
     ledger_.on_event(event);
   }
+  // Front caches (front_cache_mb) report to the ledger's shards directly; the ledger orders them
+  // after this gate (gate lock -> ledger lock -> shard mutexes).
+  bool has_shards() const noexcept override { return ledger_.has_shards(); }
+  ObserverShard* open_shard() override { return ledger_.open_shard(); }
+  void close_shard(ObserverShard* shard) noexcept override { ledger_.close_shard(shard); }
   std::string describe() const override;
   // "consistent", or what differs between the ledger and the allocator's census.
   std::string check_against(const CachingAllocator& allocator) const;
@@ -76,9 +81,11 @@ class VramledgerPeer {
   // puts both heap shapes on one device); `make_backend` builds a fresh one for the growth case.
   VramledgerPeer(const std::string& conf, std::shared_ptr<DeviceBackend> backend,
                  BackendFactory make_backend);
-  // The real backend the string names (make_cuda_backend on GPU 0). Throws Error(kNotSupported)
-  // when the device lacks what it needs.
-  static std::unique_ptr<VramledgerPeer> on_gpu(const std::string& backend_name);
+  // The real backend the string names (make_cuda_backend on GPU 0), with `extra_conf` (e.g.
+  // ",front_cache_mb:1024") appended. Throws Error(kNotSupported) when the device lacks what it
+  // needs.
+  static std::unique_ptr<VramledgerPeer> on_gpu(const std::string& backend_name,
+                                                const std::string& extra_conf = "");
   ~VramledgerPeer();
 
   void* allocate(std::size_t bytes, cudaStream_t stream) {

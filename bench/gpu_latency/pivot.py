@@ -33,7 +33,8 @@ STREAMS = "4 streams"
 THREAD_COUNTS = [1, 2, 4, 8, 16]
 GROWTH_CASES = ["1GiB", "8GiB"]
 # Rows in this order first; anything else (e.g. the simulated dry run's) after, as found.
-ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-cuda_malloc", "vramledger-malloc_async",
+ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-vmm-front", "vramledger-cuda_malloc",
+                   "vramledger-cuda_malloc-front", "vramledger-malloc_async",
                    "torch-native", "torch-expandable", "cudaMallocAsync", "cudaMalloc"]
 REFERENCES = ["torch-native", "cudaMallocAsync"]
 # Parts Google Benchmark appends to a registered name.
@@ -61,7 +62,7 @@ class Cell:
 @dataclass
 class Parsed:
     name: str
-    family: str      # BM_Pair, BM_Mixed, BM_Streams, BM_Growth
+    family: str      # BM_Pair, BM_Mixed, BM_MixedShared, BM_PairThreads, BM_Streams, BM_Growth
     allocator: str
     case: str        # a column label
     threads: int
@@ -83,6 +84,10 @@ def parse_name(name: str, threads_field: int | None) -> Parsed | None:
         case = rest[0]
     elif family == "BM_Mixed":
         case = MIXED if threads == 1 else f"{MIXED} x{threads}"
+    elif family == "BM_MixedShared":
+        case = f"{MIXED} shared x{threads}"
+    elif family == "BM_PairThreads" and len(rest) >= 2:
+        case = f"{rest[0]} {rest[1]} x{threads}"  # e.g. "512B own x8"
     elif family == "BM_Streams":
         case = f"{rest[0]} streams" if rest else STREAMS
     elif family == "BM_Growth" and rest:
@@ -170,6 +175,55 @@ def thread_columns(cells, order) -> list[str]:
     return [c for c in cases if any((a, c) in cells for a in order)]
 
 
+# The thread tables of issue 15: (title, case prefix); "mixed" x1 is the plain mixed case.
+SCALING_FAMILIES = [
+    ("mixed ring, each thread on its own stream", MIXED),
+    ("mixed ring, all threads on one stream", f"{MIXED} shared"),
+    ("512 B pairs, own streams", "512B own"),
+    ("512 B pairs, one shared stream", "512B shared"),
+    ("64 KiB pairs, own streams", "64KiB own"),
+    ("64 KiB pairs, one shared stream", "64KiB shared"),
+]
+
+
+def scaling_case(prefix: str, threads: int) -> str:
+    if prefix == MIXED:
+        return MIXED if threads == 1 else f"{MIXED} x{threads}"
+    return f"{prefix} x{threads}"
+
+
+def scaling_tables(cells, order) -> list[str]:
+    """Million pairs/s of all threads together, per thread count, and the ratio to torch-native's
+    in the same case (issue 15's goal: >= 8 at 8 and 16 threads)."""
+    lines: list[str] = []
+    for title, prefix in SCALING_FAMILIES:
+        cases = [scaling_case(prefix, n) for n in THREAD_COUNTS]
+        if not any((a, c) in cells for a in order for c in cases):
+            continue
+        lines += [f"## Throughput: {title}", "",
+                  "Million allocate + free pairs per second, all threads together; in brackets "
+                  "the ratio to torch-native's in the same case.", ""]
+        rows = []
+        for a in order:
+            if not any((a, c) in cells for c in cases):
+                continue
+            row = [a]
+            for c in cases:
+                rate = figure(cells, a, c, "items_per_second")
+                if rate is None:
+                    row.append(cell_text(cells, a, c, "ns", fmt_ns) if (a, c) in cells else "—")
+                    continue
+                theirs = figure(cells, "torch-native", c, "items_per_second")
+                text = f"{rate / 1e6:.2f}"
+                if theirs and a != "torch-native":
+                    text += f" ({rate / theirs:.2f}x)"
+                row.append(text)
+            rows.append(row)
+        lines += table(["allocator"] + [f"{n} thr" for n in THREAD_COUNTS], rows)
+        lines.append("")
+    return lines
+
+
 def markdown(source: Path, context: dict, cells, order) -> str:
     lines = ["# Allocate + free latency on the GPU, all allocators in one run", ""]
     lines.append(f"From `{source.name}` (vramledger-bench-gpu-latency, Google Benchmark JSON).")
@@ -215,6 +269,8 @@ def markdown(source: Path, context: dict, cells, order) -> str:
         lines += table(["allocator"] + [c.replace(f"{MIXED} x", "") + " thr" if c != MIXED
                                         else "1 thr" for c in threads], rows)
         lines.append("")
+
+    lines += scaling_tables(cells, order)
 
     ratio_columns = columns + [c for c in threads if c != MIXED]  # mixed x1 is `mixed` already
     for reference in REFERENCES:

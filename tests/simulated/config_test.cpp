@@ -31,6 +31,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.options.max_free_physical_bytes, b.options.max_free_physical_bytes);
   EXPECT_EQ(a.options.cap_bytes, b.options.cap_bytes);
   EXPECT_EQ(a.options.use_paged_heap, b.options.use_paged_heap);
+  EXPECT_EQ(a.options.front_cache_bytes, b.options.front_cache_bytes);
 }
 
 // Parsing `text` fails with kInvalidArgument and a message holding every one of `parts`.
@@ -83,6 +84,15 @@ TEST(ConfigParse, EverySizeKeyWithItsUnit) {
   // Untouched fields keep their defaults.
   EXPECT_EQ(config.options.round_large_segment_bytes, AllocatorOptions{}.round_large_segment_bytes);
   EXPECT_EQ(config.options.use_paged_heap, AllocatorOptions{}.use_paged_heap);
+}
+
+TEST(ConfigParse, FrontCacheInMegabytesOffByDefault) {
+  EXPECT_EQ(parse_config("").options.front_cache_bytes, 0u);
+  EXPECT_EQ(parse_config("front_cache_mb:256").options.front_cache_bytes, 256 * kMiB);
+  const Config config = parse_config("backend:vmm,front_cache_mb:64");
+  EXPECT_EQ(to_string(parse_config(to_string(config))), to_string(config));
+  EXPECT_NE(to_string(config).find("front_cache_mb:64"), std::string::npos) << to_string(config);
+  expect_error("front_cache_mb:-1", {"front_cache_mb"});
 }
 
 TEST(ConfigParse, CapInGigabytes) {
