@@ -126,6 +126,42 @@ class Ledger::ReadGuard {
 
 void Ledger::fold_for_read() const noexcept { ReadGuard guard(*this); }
 
+// A kAlloc the escrow has proven to stay at or below every peak (Ledger::raise_fits): the
+// counters move, no peak does. (The ledger's own figures may then exceed the true sums, by the
+// frees the shards hold; the peaks, checked against those sums, are not touched.)
+void Ledger::apply_alloc_below_peaks(const AllocatorEvent& event) noexcept {
+  const std::uint64_t ticks = read_clock(options_.clock);
+  free_requested_address_ = kNoAddress;
+  free_requested_ticks_ = ticks;
+  trace_.append(event, ticks);
+  ++counters_.events;
+  const PoolUpdate update = update_for(event.pool);
+  const std::int64_t size = bytes_of(event.size);
+  const std::int64_t requested = bytes_of(event.requested);
+  const auto add = [](Stat& stat, std::int64_t amount) {
+    stat.current += amount;
+    stat.allocated += amount;
+  };
+  add(update.pool.allocation, 1);
+  add(update.pool.active, 1);
+  add(update.pool.allocated_bytes, size);
+  add(update.pool.active_bytes, size);
+  add(update.pool.requested_bytes, requested);
+  add(update.pool.allocated_requested_bytes, requested);
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+    add(usage->allocation, 1);
+    add(usage->allocated_bytes, size);
+    add(usage->requested_bytes, requested);
+    add(usage->active_bytes, size);
+  }
+  if (event.inactive_split_delta != 0 || event.inactive_split_bytes_delta != 0) {
+    bool negative = apply_delta(update, &PoolCounters::inactive_split, event.inactive_split_delta) < 0;
+    negative |= apply_delta(update, &PoolCounters::inactive_split_bytes,
+                            event.inactive_split_bytes_delta) < 0;
+    if (negative) [[unlikely]] record_negative_counter(event);
+  }
+}
+
 void Ledger::apply(const AllocatorEvent& event) noexcept {
   const bool completes_last_free = event.kind == EventKind::kFreeCompleted &&
                                    event.address == free_requested_address_;

@@ -118,6 +118,7 @@ class Ledger final : public AllocatorObserver {
   class ReadGuard;
 
   void apply(const AllocatorEvent& event) noexcept;  // the counters' update, one event
+  void apply_alloc_below_peaks(const AllocatorEvent& event) noexcept;
   LedgerCounters counters_unlocked() const noexcept;
 
   // ---- shards (ledger_shards.cpp)

@@ -285,13 +285,14 @@ void Ledger::publish_shard(LedgerShard& shard) noexcept {
 }
 
 // Whether a raise by the ledger's own event keeps every fast counter provably at or below its
-// ceiling without looking at the shards: then the usual update runs and moves no peak.
+// ceiling without looking at the shards: then the counters move and no peak does.
+// current + outstanding is the true sum plus the credit held, so this bounds the sum after the
+// raise (the ledger's own figure alone may be above it: shards may hold frees).
 bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
+  if (event.requested > event.size) return false;  // malformed: the usual path reports it
   bool fits = true;
   for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
-    const std::int64_t raised = current_of(slot) + amount;
-    const std::int64_t ceiling = ceiling_of(slot);
-    fits &= raised <= ceiling && raised + outstanding_of(slot) <= ceiling;
+    fits &= current_of(slot) + amount + outstanding_of(slot) <= ceiling_of(slot);
   });
   return fits;
 }
@@ -382,7 +383,11 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
             all.reserved_bytes.peak;
   }
   if (!exact) {
-    apply(event);
+    if (event.kind == EventKind::kAlloc) {
+      apply_alloc_below_peaks(event);
+    } else {
+      apply(event);
+    }
     return;
   }
   lock_shards();

@@ -151,6 +151,7 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   if (size > front_max_block_) return allocate(bytes, stream, tag, block_bytes);
   ThreadCache* cache = front_cache_of_thread();
   if (cache == nullptr) return allocate(bytes, stream, tag, block_bytes);
+  bool adopt = false;
   {
     SpinMutex& mutex = cache->mutex();
     mutex.lock();
@@ -168,13 +169,14 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
       shard->apply_slow(event);
       return event.address;
     }
+    adopt = cache->repeats(size);
     mutex.unlock();
   }
   // A miss: the heaps, and the block is managed by this cache from now on.
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   std::lock_guard lock(mutex_);
   Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
-  if (block->size <= front_max_block_) {
+  if (adopt && block->size <= front_max_block_) {
     std::lock_guard cache_lock(cache->mutex());
     FrontBlock* front = cache->entries.create();
     front->block = block;
@@ -223,17 +225,18 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
     mutex.unlock();
   }
   {
-    // Held by another thread's front cache: that cache lets go of it and the heap frees it.
     std::lock_guard lock(mutex_);
     Block* block = live_.find(ptr);
-    if (block != nullptr && block->front != nullptr && block->state == BlockState::kAllocated) {
-      detach_front_block_locked(block, "free");
+    if (block != nullptr && block->state == BlockState::kAllocated && block->stream_uses.empty()) {
+      // Held by another thread's front cache: that cache lets go of it and the heap frees it.
+      if (block->front != nullptr) detach_front_block_locked(block, "free");
+      // The heap's immediate free, as deallocate() does it (frees.cpp), under this one lock.
       live_.erase(ptr);
       complete_free(block, EventKind::kFree);
       return;
     }
   }
-  deallocate(ptr);
+  deallocate(ptr);  // unknown pointers, double frees, frees recorded on other streams
 }
 
 // `block`, parked and already taken out of its cache, goes back to its heap. The ledger counted

@@ -91,6 +91,16 @@ class ThreadCache {
     return true;
   }
 
+  // Whether `size` was asked for recently (and notes it): only such sizes are worth managing
+  // here. A workload of ever-new sizes would otherwise fill the bins with blocks no request
+  // matches and pay for parking and returning each of them.
+  bool repeats(std::size_t size) noexcept {
+    const std::size_t slot = static_cast<std::size_t>(((size >> 9) * 0x9E3779B97F4A7C15ull) >> 58);
+    if (recent_sizes_[slot] == size) return true;
+    recent_sizes_[slot] = size;
+    return false;
+  }
+
   // Calls take(front) for every parked block (of `stream` only, unless null), unparking them
   // all; the caller then removes them from `blocks`.
   template <typename Take>
@@ -137,6 +147,7 @@ class ThreadCache {
   }
 
   SpinMutex own_mutex_;
+  std::array<std::size_t, 64> recent_sizes_{};  // direct-mapped by size
   std::array<StreamBins, kStreams> streams_{};
   std::size_t streams_used_ = 0;
 };
