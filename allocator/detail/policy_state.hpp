@@ -13,6 +13,7 @@
 //   detail/frees.cpp           frees, immediate and cross-stream (record_stream events)
 //   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
+//   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
 //
 // The tiers are compiled as one translation unit (allocator/meson.build, Meson's unity build)
 // and their member functions are defined `inline`, as they were when the policy was one class
@@ -22,7 +23,8 @@
 //
 // Locking: one SpinMutex per allocator (one allocator per device). The public operations take it;
 // every other member function expects it held (the `_locked` suffix marks the two that public
-// operations also call).
+// operations also call). The front caches' fast path takes only its thread's cache mutex; the
+// lock order is in docs/design.md, section 4.
 #pragma once
 
 #include <algorithm>
