@@ -227,6 +227,30 @@ TEST(TorchPlugin, MemoryFractionCapsAndOomObserverRuns) {
   EXPECT_THROW(plugin().setMemoryFraction(1.5, 0), c10::Error);
 }
 
+TEST(TorchPlugin, OomNoteOfTheBudgetBoardEndsTheMessage) {
+  // docs/board.md, "Enforcement": the board's sentence naming the other instances.
+  const std::string note = "vramledger budget board (test): other instances: pid 42 holds 1 GiB.";
+  ASSERT_EQ(vramledger_set_oom_note(0, note.c_str()), 0);
+  EXPECT_EQ(vramledger_set_oom_note(-1, "x"), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("invalid device -1"), std::string::npos);
+  plugin().setMemoryFraction(0.001, 0);
+  const auto message = []() -> std::string {
+    try {
+      alloc(1000 * kMiB);  // more than the cap and than what earlier tests left cached
+    } catch (const c10::OutOfMemoryError& error) {
+      return error.what();
+    }
+    return "no out-of-memory error";
+  };
+  const std::string with_note = message();
+  EXPECT_NE(with_note.find(" " + note), std::string::npos) << with_note;
+  ASSERT_EQ(vramledger_set_oom_note(0, ""), 0);  // removed
+  const std::string without = message();
+  EXPECT_NE(without.find("CUDA out of memory."), std::string::npos) << without;
+  EXPECT_EQ(without.find("budget board"), std::string::npos) << without;
+  plugin().setMemoryFraction(1.0, 0);
+}
+
 TEST(TorchPlugin, ImpossibleRequestsAreOutOfMemoryInTorchsWords) {
   const auto ooms = stats().num_ooms;
   const std::size_t huge = std::size_t{800000000} * 1024 * 1024 * 1024;  // 800,000,000 GiB
