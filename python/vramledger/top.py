@@ -100,7 +100,8 @@ def render(document: Dict[str, Any]) -> str:
                    f"{_gib(board['unclaimed_bytes']).strip()}"
                    + (f", {board['dead_slots']} dead slot(s) ignored" if board['dead_slots']
                       else ""))
-        header = (f"{'PID':>8} {'LABEL':<16} {'USAGE':>8} = " + " ".join(f"{h:>8}" for h in HEADINGS)
+        header = (f"{'PID':>8} {'LABEL':<16} {'USAGE':>8} = "
+                  + " ".join(f"{h:>8}" for h in HEADINGS)
                   + f" {'PEAKRES':>8} {'CLAIM':>8} {'OOMS':>4} {'AGE':>5}")
         out.append(header)
         for process in board["processes"]:

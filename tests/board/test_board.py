@@ -24,7 +24,8 @@ PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 
 from sim_device import GIB, H200_TOTAL, MIB, SimDevice, SimProcess  # noqa: E402
 from instances import kill, run_instance  # noqa: E402
-from vramledger.board import Board, BoardError, Figures, claim_share, layout, room_on_board  # noqa: E402
+from vramledger.board import (Board, BoardError, Figures, claim_share, layout,  # noqa: E402
+                              room_on_board)
 from vramledger.board.enforcement import oom_note  # noqa: E402
 from vramledger.profiling import MemoryProfile  # noqa: E402
 
