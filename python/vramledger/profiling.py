@@ -223,8 +223,9 @@ class MemoryProfile:
         """The profile's figures for a budget of utilization x device total (or budget_bytes).
 
         board: a vramledger.board.Board of this GPU. Then the KV cache is also limited to the
-        room the other live instances leave (device total - each one's max(holdings, claim);
-        docs/board.md), decided under the board's decision lock, and with `claim` this
+        room the other live instances leave (what processes can allocate - each one's
+        max(holdings, claim) - memory outside the board; docs/board.md, "The budget"), decided
+        under the board's decision lock, and with `claim` this
         instance claims what it will hold (its profile's peak plus the KV cache) before the
         lock is released, so instances deciding at once cannot both take the same bytes."""
         if (utilization is None) == (budget_bytes is None):
@@ -282,9 +283,10 @@ class MemoryProfile:
                 if claim:
                     board.set_claim(claimed)
             if cut:
-                warnings.append(f"the budget board cut the KV cache by {cut} bytes: other live "
-                                f"instances hold or claim {room.others_bytes} of "
-                                f"{device_total} bytes")
+                warnings.append(f"the budget board cut the KV cache by {cut} bytes: the room is "
+                                f"{room.room_bytes} bytes (capacity {room.capacity_bytes} - "
+                                f"other instances' holdings or claims {room.others_bytes} - "
+                                f"in use outside the board {room.outside_bytes})")
             warnings += [f"board: {note}" for note in room.notes]
             board_fields = dict(board_others_bytes=room.others_bytes,
                                 board_room_bytes=room.room_bytes, board_cut_bytes=cut,
