@@ -198,3 +198,48 @@ def test_training_is_bitwise_identical_to_native(script):
     # For the record (bench/results/torch): peaks under each allocator.
     print(f"native peak allocated {native['peak_allocated']} reserved {native['peak_reserved']}; "
           f"vramledger peak allocated {ours['peak_allocated']} reserved {ours['peak_reserved']}")
+
+
+_TWO_STREAM_PROGRAM = """
+import json, os, torch
+conf = os.environ.get("VL_CONF")
+if conf is not None:
+    import vramledger
+    vramledger.install(conf)
+main = torch.cuda.current_stream()
+side = torch.cuda.Stream()
+torch.manual_seed(0)
+w = torch.randn(1024, 1024, device="cuda")
+for step in range(6):
+    n = (3 + step % 3) * 256 * 1024
+    with torch.cuda.stream(side):
+        side.wait_stream(main)
+        x = torch.randn(n, device="cuda")          # made on the side stream
+        y = torch.empty(n // 2, device="cuda")
+    main.wait_stream(side)
+    x.record_stream(main)
+    y.record_stream(main)
+    z = (x.view(-1, 1024) @ w).relu()              # used on the main stream
+    y.copy_(z.flatten()[: n // 2])
+    del x, y, z                                    # frees that wait for the main stream
+    torch.cuda.synchronize()                       # every event complete before the next step
+stats = torch.cuda.memory_stats()
+# Block sizes (allocated_bytes, active_bytes) depend on each heap's layout even in torch; what
+# the program asked for and how many blocks were live or awaiting other streams do not.
+keys = [f"{k}.all.{f}" for k in ("requested_bytes", "allocation", "active")
+        for f in ("peak", "current", "allocated", "freed")]
+print("RESULT", json.dumps({k: stats.get(k) for k in keys}))
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "alias_pending_pages:false", "adopt_pending_frees:false",
+                                  "cross_stream_slack_pct:0", "backend:cuda_malloc"])
+def test_two_stream_statistics_mean_what_natives_mean(conf):
+    """Issue 14: the same two-stream program (inputs made on a side stream, used on the main
+    one, freed with record_stream, every event complete before the next step) under each option
+    gives exactly native's requested bytes and allocation / active block counts (current, peak,
+    allocated, freed): no option changes what a statistic means."""
+    assert "VL_CONF" not in os.environ
+    native = _result(run_python(_TWO_STREAM_PROGRAM))
+    ours = _result(run_python(_TWO_STREAM_PROGRAM, env_extra={"VL_CONF": conf}))
+    assert ours == native, {k: (native[k], ours[k]) for k in native if native[k] != ours[k]}
