@@ -1,7 +1,10 @@
 #include "allocator/simulated/simulated_device.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
+
+#include "allocator/simulated/text_format.hpp"
 
 namespace vramledger {
 
@@ -181,6 +184,41 @@ bool SimulatedDevice::user_work_done(EventHandle token) {
   if (timeline_.query_event(token, &state) && state == EventState::kPending) return false;
   (void)timeline_.destroy_event(token);
   return true;
+}
+
+void SimulatedDevice::note_user_work_uses(EventHandle token, DevicePtr ptr, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  EventState state = EventState::kComplete;
+  if (!timeline_.query_event(token, &state) || state == EventState::kComplete) return;
+  noted_uses_.push_back({token, memory_.memory_behind(ptr, bytes)});
+}
+
+std::optional<std::string> SimulatedDevice::find_hazard(StreamHandle stream, DevicePtr ptr,
+                                                        std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  const std::vector<SimulatedMemory::MemoryPiece> wanted = memory_.memory_behind(ptr, bytes);
+  for (std::size_t i = 0; i < noted_uses_.size();) {
+    const NotedUse& use = noted_uses_[i];
+    EventState state = EventState::kComplete;
+    if (!timeline_.query_event(use.token, &state) || state == EventState::kComplete) {
+      noted_uses_[i] = std::move(noted_uses_.back());
+      noted_uses_.pop_back();
+      continue;
+    }
+    ++i;
+    if (timeline_.orders_new_work_after(stream, use.token)) continue;
+    for (const auto& a : use.pieces) {
+      for (const auto& b : wanted) {
+        if (a.owner == b.owner && a.begin < b.end && b.begin < a.end) {
+          return "new work on stream " + simulated_detail::hex_address(stream) + " at " + simulated_detail::hex_address(ptr) +
+                 " may run before earlier work (token " + simulated_detail::hex_address(use.token) +
+                 ") that still uses the same memory (" + simulated_detail::hex_address(a.owner) + " +" +
+                 std::to_string(std::max(a.begin, b.begin)) + ")";
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 // --- Streams ---

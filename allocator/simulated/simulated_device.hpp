@@ -20,7 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "allocator/device_backend.hpp"
 #include "allocator/simulated/fault_injector.hpp"
@@ -79,6 +82,14 @@ class SimulatedDevice : public DeviceBackend {
   EventHandle enqueue_user_work(StreamHandle stream);
   // Whether that work has completed; the token is forgotten once it has.
   bool user_work_done(EventHandle token);
+  // That work reads or writes [ptr, ptr + bytes): the memory behind those addresses now (a
+  // physical handle's bytes, a segment's bytes) stays in use by it until it completes.
+  void note_user_work_uses(EventHandle token, DevicePtr ptr, std::size_t bytes);
+  // A use-before-ready hazard: new work on `stream` touching [ptr, ptr + bytes) could run
+  // while noted work that uses the same memory — at any address — has not finished and is not
+  // ordered before it. Returns a description, or nothing when every such use is ordered first.
+  std::optional<std::string> find_hazard(StreamHandle stream, DevicePtr ptr,
+                                         std::size_t bytes);
 
   // --- Queries for tests ---
   const SimulatedDeviceOptions& options() const { return options_; }
@@ -115,6 +126,12 @@ class SimulatedDevice : public DeviceBackend {
   std::uint64_t injected_failure_count(SimOp op) const;
 
  private:
+  struct NotedUse {
+    EventHandle token = 0;
+    std::vector<SimulatedMemory::MemoryPiece> pieces;
+  };
+  std::vector<NotedUse> noted_uses_;  // pending user work and the memory it touches
+
   // Counts the call and returns the injected failure, if one is due. Lock held.
   Status begin_call(SimOp op);
   Status vmm_not_supported(SimOp op) const;

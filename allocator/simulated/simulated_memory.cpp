@@ -1,5 +1,6 @@
 #include "allocator/simulated/simulated_memory.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -346,6 +347,29 @@ bool SimulatedMemory::is_range_accessible(DevicePtr ptr, std::size_t bytes) cons
     covered_until += page->second.bytes;
   }
   return true;
+}
+
+std::vector<SimulatedMemory::MemoryPiece> SimulatedMemory::memory_behind(DevicePtr ptr,
+                                                                        std::size_t bytes) const {
+  std::vector<MemoryPiece> pieces;
+  if (bytes == 0 || ptr > std::numeric_limits<DevicePtr>::max() - bytes) return pieces;
+  const DevicePtr end = ptr + bytes;
+  if (auto after = segments_.upper_bound(ptr); after != segments_.begin()) {
+    const auto& [base, segment] = *std::prev(after);
+    if (ptr - base < segment.bytes) {
+      pieces.push_back({base, ptr - base, std::min<DevicePtr>(end, base + segment.bytes) - base});
+      return pieces;
+    }
+  }
+  auto page = mappings_.upper_bound(ptr);
+  if (page != mappings_.begin()) --page;
+  for (; page != mappings_.end() && page->first < end; ++page) {
+    const DevicePtr first = std::max(ptr, page->first);
+    const DevicePtr last = std::min(end, page->first + page->second.bytes);
+    if (first >= last) continue;
+    pieces.push_back({page->second.handle, first - page->first, last - page->first});
+  }
+  return pieces;
 }
 
 }  // namespace vramledger

@@ -15,6 +15,7 @@
 #include <map>
 #include <span>
 #include <unordered_map>
+#include <vector>
 
 #include "allocator/device_backend.hpp"
 #include "allocator/simulated/simulated_device_options.hpp"
@@ -45,6 +46,16 @@ class SimulatedMemory {
   // True when every byte of [ptr, ptr + bytes) lies in a live segment's requested bytes or in a
   // mapped page. An empty range touches no memory and is accessible.
   bool is_range_accessible(DevicePtr ptr, std::size_t bytes) const;
+
+  // The memory behind the accessible parts of [ptr, ptr + bytes): pieces of physical handles
+  // (offsets into the handle) or of segments (offsets into the segment), whatever address
+  // they are reached through — so memory aliased at two addresses is recognised as the same.
+  struct MemoryPiece {
+    std::uint64_t owner = 0;  // a PhysicalHandle, or a segment's base address
+    std::size_t begin = 0;
+    std::size_t end = 0;
+  };
+  std::vector<MemoryPiece> memory_behind(DevicePtr ptr, std::size_t bytes) const;
 
   std::size_t capacity_bytes() const { return capacity_bytes_; }
   // Segment bytes after rounding plus every physical handle, mapped or not.

@@ -88,6 +88,30 @@ bool StreamTimeline::is_complete(const WorkPoint& point) const {
   return it == streams_.end() || it->second.completed >= point.position;
 }
 
+bool StreamTimeline::precedes(const WorkPoint& point, StreamHandle stream,
+                              std::uint64_t position, int depth) const {
+  if (is_complete(point)) return true;
+  if (stream == point.stream) return point.position < position;
+  auto it = streams_.find(stream);
+  if (it == streams_.end() || depth == 0) return false;
+  for (const Barrier& barrier : it->second.barriers) {
+    if (barrier.position >= position) break;  // in position order
+    if (precedes(point, barrier.awaited.stream, barrier.awaited.position + 1, depth - 1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool StreamTimeline::orders_new_work_after(StreamHandle stream, EventHandle event) const {
+  auto it = events_.find(event);
+  if (it == events_.end() || !it->second.recorded) return true;
+  auto waiter = streams_.find(stream);
+  const std::uint64_t next = waiter == streams_.end() ? 1 : waiter->second.submitted + 1;
+  constexpr int kMaxDepth = 8;
+  return precedes(it->second.point, stream, next, kMaxDepth);
+}
+
 bool StreamTimeline::advance(Stream& stream) {
   const std::uint64_t limit =
       stream.paused ? std::max(stream.forced, stream.completed) : stream.submitted;

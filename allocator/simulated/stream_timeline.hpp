@@ -55,6 +55,12 @@ class StreamTimeline {
   Status stream_wait_event(StreamHandle stream, EventHandle event);
   void synchronize_device();
 
+  // Whether work enqueued on `stream` now would run after the work item `event` was recorded
+  // at: that item is complete, on the same stream, or awaited (directly or through other
+  // streams' barriers) by a barrier the stream has not passed. An unknown event counts as
+  // complete.
+  bool orders_new_work_after(StreamHandle stream, EventHandle event) const;
+
   std::size_t live_stream_count() const;  // stream 0 included
   std::size_t live_event_count() const { return events_.size(); }
   // Streams (live or destroyed) with queued work not yet complete.
@@ -84,6 +90,10 @@ class StreamTimeline {
   };
 
   bool is_complete(const WorkPoint& point) const;
+  // Whether `point` completes before item `position` of `stream` can run (`depth` bounds the
+  // walk through other streams' barriers).
+  bool precedes(const WorkPoint& point, StreamHandle stream, std::uint64_t position,
+                int depth) const;
   // Lets the stream complete what it can; true when it moved.
   bool advance(Stream& stream);
   // Advances every busy stream until nothing moves, then drops idle destroyed streams.

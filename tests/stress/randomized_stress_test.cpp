@@ -90,8 +90,9 @@ struct StepRecord {
   std::string outcome;
 };
 
-// kPagedAliasing: the paged heap with AllocatorOptions::alias_pending_pages (a stream's own
-// pages whose work is still queued are mapped at a new address too, on a device that allows it).
+// kPaged: the paged heap without AllocatorOptions::alias_pending_pages, on a device that refuses
+// a second mapping of memory; kPagedAliasing: with it (the default: pending pages are mapped at a
+// new address too, for another stream after a GPU-side wait).
 enum class Heap { kSegment, kPaged, kPagedAliasing };
 
 const char* heap_name(Heap heap) {
@@ -198,6 +199,11 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         }
         const LiveBlock block{bytes, info.size, stream, tag};
         if (auto overlap = model_.insert(ptr, block)) return overlap;
+        // The memory behind the new block, at whatever address, is not still used by queued
+        // work that the new block's stream is not ordered after.
+        if (auto hazard = device_.find_hazard(stream, ptr, info.size)) {
+          return concat("use-before-ready hazard: ", *hazard);
+        }
         return check_accessible(ptr, block);
       }
       case Op::kFree: {
@@ -225,6 +231,12 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         record.value = stream;
         record.outcome = attempt([&] { allocator_->record_stream(ptr, stream); });
         if (record.outcome != "ok") return concat("record_stream failed: ", record.outcome);
+        // The user's kernel on that stream, using the block (pending while the stream is paused).
+        const EventHandle token = device_.enqueue_user_work(stream);
+        if (token != 0) {
+          device_.note_user_work_uses(token, ptr, model_.blocks().at(ptr).size);
+          user_work_.push_back(token);
+        }
         return std::nullopt;
       }
       case Op::kPauseStream:
@@ -307,10 +319,17 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
   // queued there (a token stands for it); its pages must stay mapped until that work is done,
   // however the allocator splits, merges or reuses the freed bytes. (The segment heap returns
   // segments with cudaFree, which waits for the device itself.)
+  // Every heap: that work's memory must not serve new work that could run before it
+  // (find_hazard, checked at each allocation).
   void note_work_still_using(DevicePtr address, const LiveBlock& block) {
-    if (GetParam() == Heap::kSegment) return;
     const EventHandle token = device_.enqueue_user_work(block.stream);
-    if (token == 0 || device_.user_work_done(token)) return;
+    if (token == 0) return;
+    device_.note_user_work_uses(token, address, block.size);
+    if (GetParam() == Heap::kSegment) {
+      user_work_.push_back(token);
+      return;
+    }
+    if (device_.user_work_done(token)) return;
     in_flight_.push_back({address, block.size, token});
   }
   std::optional<std::string> check_in_flight() {
@@ -377,6 +396,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
       }
     }
     if (step % kFullWalkEvery == 0) {
+      forget_finished_user_work();
       if (auto problem = model_.compare_with(allocator_->segments())) return problem;
     }
     return std::nullopt;
@@ -406,6 +426,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
       return concat("drain: empty_cache failed: ", error.what());
     }
     if (auto problem = check_step(0)) return concat("drain: ", *problem);
+    forget_finished_user_work();
     if (reserved_bytes() != 0 || device_.physical_bytes_in_use() != 0 ||
         device_.mapped_bytes() != 0 || device_.live_segment_count() != 0 ||
         device_.live_physical_handle_count() != 0) {
@@ -450,6 +471,12 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
     EventHandle token;
   };
   std::vector<InFlight> in_flight_;
+  std::vector<EventHandle> user_work_;  // other user work noted for find_hazard
+
+  // Releases the tokens of user work that has finished (user_work_done forgets them).
+  void forget_finished_user_work() {
+    std::erase_if(user_work_, [&](EventHandle token) { return device_.user_work_done(token); });
+  }
   std::vector<TagId> tags_;
   std::optional<TagScope> tag_scope_;
   std::deque<StepRecord> recent_;
