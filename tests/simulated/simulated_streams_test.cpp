@@ -1,6 +1,9 @@
 // Streams and events of the simulated device: pause/resume, waits, synchronisation, destruction.
 #include <gtest/gtest.h>
 
+#include <span>
+#include <string>
+
 #include "allocator/simulated/simulated_device.hpp"
 
 namespace vramledger {
@@ -314,6 +317,44 @@ TEST_F(SimulatedStreamsTest, ManyPendingEventsResolveInOrder) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(pending(events[i]), i >= 50) << i;
   ok(device.resume_stream(s));
   for (EventHandle e : events) EXPECT_FALSE(pending(e));
+}
+
+// find_hazard: memory still used by queued work may serve new work only on a stream ordered
+// after that work — the same stream, or one that waits (even through a third stream) on an
+// event recorded after it; the memory is recognised at any address it is mapped at.
+TEST_F(SimulatedStreamsTest, FindHazardFollowsStreamOrderAndAliases) {
+  const std::size_t page = device.info().granularity;
+  PhysicalHandle handle = 0;
+  ok(device.create_physical(page, &handle));
+  DevicePtr old_va = 0, new_va = 0;
+  ok(device.reserve_address_range(page, &old_va));
+  ok(device.reserve_address_range(page, &new_va));
+  ok(device.map_pages(old_va, page, std::span(&handle, 1)));
+  const StreamHandle owner = device.create_stream();
+  const StreamHandle other = device.create_stream();
+  const StreamHandle third = device.create_stream();
+  ok(device.pause_stream(owner));
+  const EventHandle work = device.enqueue_user_work(owner);
+  device.note_user_work_uses(work, old_va, page);
+  ok(device.map_pages(new_va, page, std::span(&handle, 1)));  // an alias of the same memory
+
+  EXPECT_FALSE(device.find_hazard(owner, new_va, page)) << "stream order covers the owner";
+  const auto hazard = device.find_hazard(other, new_va, page);
+  ASSERT_TRUE(hazard.has_value());
+  EXPECT_NE(hazard->find("may run before earlier work"), std::string::npos) << *hazard;
+  EXPECT_FALSE(device.find_hazard(other, new_va + page, page)) << "other memory is free to use";
+
+  const EventHandle after_work = recorded_on(owner);
+  wait(third, after_work);
+  const EventHandle third_waits = recorded_on(third);
+  wait(other, third_waits);
+  EXPECT_FALSE(device.find_hazard(other, new_va, page)) << "ordered through the third stream";
+
+  ok(device.resume_stream(owner));
+  EXPECT_TRUE(device.user_work_done(work));
+  ok(device.unmap_pages(old_va, page, 1));
+  ok(device.unmap_pages(new_va, page, 1));
+  ok(device.release_physical(handle));
 }
 
 }  // namespace
