@@ -26,7 +26,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
       const auto [first, last] = whole_pages(*span, b->address, b->end());
       if (first >= last || span->count_mapped(first, last) == 0) continue;
       std::optional<std::size_t> head;
-      for_each_mapped(*span, first, last, [&](std::size_t page) {
+      for_each_mapped(*span, first, last, [&, last = last](std::size_t page) {
         if (head || !span->is_chunk_head(page)) return;
         const std::size_t pages = span->chunk_pages(page);
         if (pages <= max_pages && page + pages <= last &&

@@ -182,7 +182,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
         const auto [first, last] = whole_pages(*span, b->address, b->end());
         if (first >= last || span->count_mapped(first, last) == 0) continue;
         std::vector<std::size_t> heads;
-        for_each_mapped(*span, first, last, [&](std::size_t page) {
+        for_each_mapped(*span, first, last, [&, last = last](std::size_t page) {
           if (!span->is_chunk_head(page)) return;
           const std::size_t pages = span->chunk_pages(page);
           if (pages <= max_chunk && page + pages <= last &&
