@@ -20,6 +20,7 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
   if (block == nullptr) {
     block = add_span(heaps, pool, size);
   } else if (pages_to_map(*block->range, block->address, size) > 0) {
+    retire_mappings(heaps, /*wait=*/false);  // old addresses whose work is done are free again
     block = fit_needing_fewest_new_pages(index, size, block);
   }
   back_with_pages(*block, block->address, size);  // throws with nothing changed
@@ -44,19 +45,28 @@ inline void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePt
 }
 
 // The best fit by size needs new pages, which costs driver calls and, when no page is free
-// anywhere, memory: look at a few other fits for one that needs fewer.
+// anywhere, memory: look at a few other fits for one that needs fewer. A fit over an old
+// address of aliased memory still in use (retiring) would make the CPU wait for the GPU there
+// (map_pages_for), draining the GPU's queue: any fit without one is preferred.
 inline Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex& index,
                                                                    std::size_t size,
                                                                    Block* best_fit) const {
   constexpr int kCandidates = 8;
+  auto cost = [&](const Block* candidate) {
+    const AddressRange& span = *candidate->range;
+    const std::size_t first = page_of(span, candidate->address);
+    const std::size_t last = page_of(span, candidate->address + size - 1);
+    const bool must_wait = span.any_retiring(first, last + 1);
+    return std::pair{must_wait, pages_to_map(span, candidate->address, size)};
+  };
   Block* best = best_fit;
-  std::size_t best_pages = pages_to_map(*best_fit->range, best_fit->address, size);
+  auto best_cost = cost(best_fit);
   index.for_each_fit(size, kCandidates, [&](Block* candidate) {
-    if (best_pages == 0) return;
-    const std::size_t pages = pages_to_map(*candidate->range, candidate->address, size);
-    if (pages < best_pages) {
+    if (best_cost == std::pair{false, std::size_t{0}}) return;
+    const auto candidate_cost = cost(candidate);
+    if (candidate_cost < best_cost) {
       best = candidate;
-      best_pages = pages;
+      best_cost = candidate_cost;
     }
   });
   return best;
