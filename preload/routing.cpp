@@ -11,6 +11,7 @@
 #include "preload/interposed_functions.hpp"
 #include "preload/log.hpp"
 #include "preload/real_symbols.hpp"
+#include "preload/route_setting.hpp"
 
 namespace vramledger::preload {
 namespace {
@@ -35,53 +36,6 @@ void* resolve_real_driver(const char* symbol) {
   if (std::strcmp(symbol, "cuMemAlloc_v2") == 0) return real_function(Fn::kMemAlloc, 0);
   if (std::strcmp(symbol, "cuMemFree_v2") == 0) return real_function(Fn::kMemFree, 0);
   return next_definition(Library::kDriver, symbol);
-}
-
-// Routed by default: every non-torch library but NCCL, which shares its buffers with other
-// processes through cudaIpcGetMemHandle; a handle names a whole driver allocation, and a routed
-// pointer is a piece of one (the receiver would map the wrong bytes). "all" adds NCCL.
-constexpr Category kRoutedByDefault[] = {VRAMLEDGER_PRELOAD_CUBLAS, VRAMLEDGER_PRELOAD_CUDNN,
-                                         VRAMLEDGER_PRELOAD_TRITON, VRAMLEDGER_PRELOAD_JIT,
-                                         VRAMLEDGER_PRELOAD_USER, VRAMLEDGER_PRELOAD_UNKNOWN};
-
-int category_by_name(const char* name, std::size_t length) {
-  if (length == 3 && std::strncmp(name, "jit", 3) == 0) return VRAMLEDGER_PRELOAD_JIT;
-  for (int c = 0; c < kCategoryCount; ++c) {
-    const char* known = category_name(c);
-    if (std::strlen(known) == length && std::strncmp(known, name, length) == 0) return c;
-  }
-  return -1;
-}
-
-// "1" (the default set), "all", or a comma-separated list of category names. Writes a reason
-// into `error` and returns false for anything else.
-bool parse_route_setting(const char* text, char* error, std::size_t error_size) {
-  if (std::strcmp(text, "1") == 0) {
-    for (Category c : kRoutedByDefault) g_wanted[c] = true;
-    return true;
-  }
-  if (std::strcmp(text, "all") == 0) {
-    for (Category c : kRoutedByDefault) g_wanted[c] = true;
-    g_wanted[VRAMLEDGER_PRELOAD_NCCL] = true;
-    return true;
-  }
-  const char* at = text;
-  while (true) {
-    const char* end = std::strchr(at, ',');
-    const std::size_t length = end != nullptr ? static_cast<std::size_t>(end - at) : std::strlen(at);
-    const int c = category_by_name(at, length);
-    if (c < 0 || c == VRAMLEDGER_PRELOAD_TORCH || c == VRAMLEDGER_PRELOAD_VRAMLEDGER ||
-        c == VRAMLEDGER_PRELOAD_ROUTED_CACHE) {
-      std::snprintf(error, error_size,
-                    "VRAMLEDGER_PRELOAD_ROUTE=%s: '%.*s' is not a routable library (1, all, or "
-                    "a list of: nccl,cublas,cudnn,triton,jit,user,unknown)",
-                    text, static_cast<int>(length), at);
-      return false;
-    }
-    g_wanted[c] = true;
-    if (end == nullptr) return true;
-    at = end + 1;
-  }
 }
 
 bool load_route_library(char* error, std::size_t error_size) {
@@ -126,7 +80,8 @@ void init_routing() {
   const char* setting = std::getenv("VRAMLEDGER_PRELOAD_ROUTE");
   if (setting == nullptr || setting[0] == '\0' || std::strcmp(setting, "0") == 0) return;
   char error[1024] = {};
-  if (!parse_route_setting(setting, error, sizeof error) || !load_route_library(error, sizeof error)) {
+  if (!parse_route_setting(setting, g_wanted, error, sizeof error) ||
+      !load_route_library(error, sizeof error)) {
     g_state = -1;
     log_line("NOT routing non-torch allocations through vramledger's cache: %s", error);
     return;
