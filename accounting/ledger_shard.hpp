@@ -83,6 +83,7 @@ class LedgerShard final : public ObserverShard {
   std::array<std::array<Cell, kStreams>, 2> cells_{};  // [pool][stream share]
   std::array<StreamShare, kStreams> streams_{};
   std::size_t streams_used_ = 0;
+  std::size_t next_victim_ = 0;  // the stream share given up for a fifth stream (round robin)
   std::array<StagedRecord, kStaged> staged_{};
   std::size_t staged_count_ = 0;
 };

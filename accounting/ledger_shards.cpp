@@ -353,12 +353,26 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
   lock_shards();
   fold_locked();
   const bool fast_kind = event.kind == EventKind::kAlloc || event.kind == EventKind::kFree;
-  if (fast_kind && event.tag == kUntagged && shard.share_of(event.stream) == LedgerShard::kStreams &&
-      shard.streams_used_ < LedgerShard::kStreams) {
+  if (fast_kind && event.tag == kUntagged && shard.share_of(event.stream) == LedgerShard::kStreams) {
     UsageStats& usage = streams_.usage_of(event.stream);
     const std::size_t entry = streams_.index_of(usage);
     if (entry < StreamUsageTable::kCapacity) {  // the overflow entry stands for many streams
-      LedgerShard::StreamShare& share = shard.streams_[shard.streams_used_++];
+      std::size_t s = shard.streams_used_;
+      if (s < LedgerShard::kStreams) {
+        ++shard.streams_used_;
+      } else {
+        // A fifth stream: the oldest share goes (folded, so only its credit is left to return).
+        s = shard.next_victim_++ % LedgerShard::kStreams;
+        for (std::size_t p = 0; p < 2; ++p) {
+          for (std::size_t k = 0; k < kAmountKinds; ++k) {
+            ShardStat& cell = shard.cells_[p][s][k];
+            for_each_slot_of_cell(p, shard.streams_[s].entry, k,
+                                  [&](const Slot& slot) { outstanding_of(slot) -= cell.credit; });
+            cell = ShardStat{};
+          }
+        }
+      }
+      LedgerShard::StreamShare& share = shard.streams_[s];
       share.stream = event.stream;
       share.entry = entry;
       share.usage = &usage;

@@ -209,8 +209,22 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
         shard->apply_slow(event);  // counted free before it can be popped again
         mutex.lock();
       }
-      if (cache->park(front)) [[likely]] {
+      ThreadCache::Evicted evicted;
+      if (cache->park(front, evicted)) [[likely]] {
+        if (evicted.count == 0) [[likely]] {
+          mutex.unlock();
+          return;
+        }
+        // Its bin went to this size: the blocks of the size before go back to their heaps.
+        std::array<Block*, ThreadCache::kDepth> returning{};
+        for (std::size_t i = 0; i < evicted.count; ++i) {
+          returning[i] = evicted.blocks[i]->block;
+          cache->blocks.erase(evicted.blocks[i]->address);
+          cache->entries.destroy(evicted.blocks[i]);
+        }
         mutex.unlock();
+        std::lock_guard lock(mutex_);
+        for (std::size_t i = 0; i < evicted.count; ++i) return_front_block_locked(returning[i]);
         return;
       }
       // No room in this thread's bins: back to its heap.
@@ -371,6 +385,7 @@ inline void CachingAllocator::Impl::retire_front_cache_locked(ThreadCache& cache
       cache.blocks.erase(front->address);
       cache.entries.destroy(front);
     }
+    cache.reset();
     shard = cache.shard;
     cache.in_use = false;
   }

@@ -61,34 +61,65 @@ class ThreadCache {
     return nullptr;
   }
 
-  // Parks a held block; false (nothing changed) when its stream, size or the byte limit has no
-  // room.
-  bool park(FrontBlock* front) noexcept {
+  // Blocks a park() pushed out of their bin to make room for another size.
+  struct Evicted {
+    std::array<FrontBlock*, kDepth> blocks{};
+    std::size_t count = 0;
+  };
+
+  // Parks a held block. When its stream has no bin left for a new size, the parked blocks of
+  // another size (round robin) are unparked into `evicted` (the caller takes them out of
+  // `blocks` and returns them to their heaps), so the bins follow the sizes in use. False
+  // (nothing changed) when the byte limit, the stream slots or the size's depth leave no room.
+  bool park(FrontBlock* front, Evicted& evicted) noexcept {
     if (parked_bytes + front->size > max_parked_bytes) return false;
     StreamBins* bins = bins_of(front->stream);
     if (bins == nullptr) {
-      if (streams_used_ == kStreams) return false;
-      bins = &streams_[streams_used_++];
+      if (streams_used_ < kStreams) {
+        bins = &streams_[streams_used_++];
+      } else {
+        for (StreamBins& candidate : streams_) {  // a stream with nothing parked makes room
+          bool idle = true;
+          for (const Bin& bin : candidate.sizes) idle &= bin.count == 0;
+          if (idle) {
+            bins = &candidate;
+            break;
+          }
+        }
+        if (bins == nullptr) return false;
+      }
       *bins = StreamBins{};
       bins->stream = front->stream;
     }
-    Bin* empty = nullptr;
+    Bin* target = nullptr;
     for (Bin& bin : bins->sizes) {
       if (bin.size == front->size) {
         if (bin.count == kDepth) return false;
-        bin.blocks[bin.count++] = front;
-        front->parked = true;
-        parked_bytes += front->size;
-        return true;
+        target = &bin;
+        break;
       }
-      if (bin.count == 0 && empty == nullptr) empty = &bin;
+      if (bin.count == 0 && target == nullptr) target = &bin;
     }
-    if (empty == nullptr) return false;
-    empty->size = front->size;
-    empty->blocks[empty->count++] = front;
+    if (target == nullptr) {
+      target = &bins->sizes[bins->next_victim++ % kSizes];
+      for (std::uint32_t k = 0; k < target->count; ++k) {
+        target->blocks[k]->parked = false;
+        parked_bytes -= target->blocks[k]->size;
+        evicted.blocks[evicted.count++] = target->blocks[k];
+      }
+      target->count = 0;
+    }
+    target->size = front->size;
+    target->blocks[target->count++] = front;
     front->parked = true;
     parked_bytes += front->size;
     return true;
+  }
+
+  // After unpark_all(nullptr): forgets streams and sizes, for the next thread to use the cache.
+  void reset() noexcept {
+    streams_used_ = 0;
+    recent_sizes_.fill(0);
   }
 
   // Whether `size` was asked for recently (and notes it): only such sizes are worth managing
@@ -137,6 +168,7 @@ class ThreadCache {
   struct StreamBins {
     StreamHandle stream = 0;
     std::array<Bin, kSizes> sizes{};
+    std::size_t next_victim = 0;
   };
 
   StreamBins* bins_of(StreamHandle stream) noexcept {

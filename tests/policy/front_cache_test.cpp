@@ -211,15 +211,21 @@ TEST_P(FrontCacheTest, CountersAndPeaksEqualThoseWithoutFrontCaches) {
     Ledger ledger;
     AllocatorOptions options = with_front_cache(front ? 64 * kMiB : 0);
     CachingAllocator allocator(device, &ledger, options);
-    const StreamHandle streams[2] = {0, device.create_stream()};
+    // Six streams and 28 sizes: more than a cache bins (4 streams, 16 sizes) and more streams
+    // than a ledger shard counts for itself, so both give room up as the run goes.
+    std::vector<StreamHandle> streams = {0};
+    for (int i = 0; i < 5; ++i) streams.push_back(device.create_stream());
     std::mt19937_64 rng(42);
     std::vector<DevicePtr> live;
-    const std::size_t sizes[] = {512, 1000, 4 * kKiB, 60 * kKiB, 700 * kKiB, 3 * kMiB, 20 * kMiB};
+    std::vector<std::size_t> sizes = {512, 1000, 4 * kKiB, 60 * kKiB, 700 * kKiB, 3 * kMiB, 20 * kMiB};
+    for (std::size_t i = 1; i <= 21; ++i) sizes.push_back(i * 3 * kKiB);
     for (int step = 0; step < 20'000; ++step) {
       const auto threshold = static_cast<std::uint64_t>(50 + (step / 2000) % 3 * 3);
       const bool grow = live.size() < 8 || (live.size() < 200 && rng() % 100 < threshold);
       if (grow) {
-        live.push_back(allocator.allocate(sizes[rng() % 7] - rng() % 400, streams[rng() % 2]));
+        const std::size_t size = sizes[rng() % sizes.size()] - rng() % 400;
+        const StreamHandle stream = streams[(step / 3000 + rng() % 2) % streams.size()];
+        live.push_back(allocator.allocate(size, stream));
       } else {
         const std::size_t at = rng() % live.size();
         allocator.deallocate(live[at]);
