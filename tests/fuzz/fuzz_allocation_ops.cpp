@@ -4,8 +4,9 @@
 // included), free, record_stream, frees of interior / foreign / already freed pointers,
 // empty_cache, process_completed_frees, paused and resumed streams, caps, injected faults of
 // every driver call the policy makes. After every operation:
-//  * any exception is a vramledger::Error of a code that operation may end in (never kInternal,
-//    never another exception type), and a refused free leaves the block owned;
+//  * any exception is a vramledger::Error of a code that operation may end in (an injected fault
+//    carries the code it was injected with: kDriverError or kOutOfMemory; never kInternal, never
+//    another exception type), and a refused free leaves the block owned;
 //  * the ledger agrees with a census recount (check_consistency) and the census counts exactly
 //    the blocks the program holds;
 // and at the end, with faults cleared and everything freed, empty_cache leaves 0 bytes reserved
@@ -97,15 +98,17 @@ class Run {
         if (!live_.empty()) {
           const DevicePtr ptr = pick_live(program);
           attempt([&] { allocator_->record_stream(ptr, pick_stream(program)); },
-                  {ErrorCode::kDriverError});
+                  {ErrorCode::kDriverError, ErrorCode::kOutOfMemory});
         }
         break;
       case 8: free_bad_pointer(program); break;
       case 9:
-        attempt([&] { allocator_->empty_cache(); }, {ErrorCode::kDriverError});
+        attempt([&] { allocator_->empty_cache(); },
+                {ErrorCode::kDriverError, ErrorCode::kOutOfMemory});
         break;
       case 10:
-        attempt([&] { allocator_->process_completed_frees(); }, {ErrorCode::kDriverError});
+        attempt([&] { allocator_->process_completed_frees(); },
+                {ErrorCode::kDriverError, ErrorCode::kOutOfMemory});
         break;
       case 11: {
         const StreamHandle stream = pick_stream(program);
@@ -200,7 +203,8 @@ class Run {
     if (live_.empty()) return;
     const std::size_t index = (std::size_t{program.next()} << 8 | program.next()) % live_.size();
     const DevicePtr ptr = live_[index];
-    if (attempt([&] { allocator_->deallocate(ptr); }, {ErrorCode::kDriverError})) {
+    if (attempt([&] { allocator_->deallocate(ptr); },
+                {ErrorCode::kDriverError, ErrorCode::kOutOfMemory})) {
       live_[index] = live_.back();
       live_.pop_back();
       freed_.push_back(ptr);
