@@ -169,10 +169,10 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
       shard->apply_slow(event);
       return event.address;
     }
-    adopt = cache->repeats(size);
+    adopt = cache->worth_adopting(size);
     mutex.unlock();
   }
-  // A miss: the heaps, and the block is managed by this cache from now on.
+  // A miss: the heaps; the block is managed by this cache from now on if worth it.
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   std::lock_guard lock(mutex_);
   Block* block = allocate_block_locked(bytes, size, pool, stream, tag);

@@ -56,6 +56,7 @@ class ThreadCache {
       FrontBlock* front = bin.blocks[--bin.count];
       front->parked = false;
       parked_bytes -= front->size;
+      note_hit();
       return front;
     }
     return nullptr;
@@ -120,16 +121,23 @@ class ThreadCache {
   void reset() noexcept {
     streams_used_ = 0;
     recent_sizes_.fill(0);
+    score_ = kInitialScore;
   }
 
-  // Whether `size` was asked for recently (and notes it): only such sizes are worth managing
-  // here. A workload of ever-new sizes would otherwise fill the bins with blocks no request
-  // matches and pay for parking and returning each of them.
-  bool repeats(std::size_t size) noexcept {
+  // Whether a block of `size` the heaps just handed out should be managed here: the size was
+  // asked for recently, and the bins have been serving requests. A workload of ever-new sizes
+  // (a ring of random sizes) would otherwise fill the bins with blocks no request matches and pay
+  // for parking and returning each of them; while pops mostly miss, only one miss in 16 adopts,
+  // enough to notice when sizes start to repeat.
+  bool worth_adopting(std::size_t size) noexcept {
     const std::size_t slot = static_cast<std::size_t>(((size >> 9) * 0x9E3779B97F4A7C15ull) >> 58);
-    if (recent_sizes_[slot] == size) return true;
+    const bool seen = recent_sizes_[slot] == size;
     recent_sizes_[slot] = size;
-    return false;
+    if (score_ > kMinScore) --score_;  // this request missed
+    return seen && (score_ >= 0 || ++probe_ % 16 == 0);
+  }
+  void note_hit() noexcept {
+    if (score_ < kMaxScore) ++score_;
   }
 
   // Calls take(front) for every parked block (of `stream` only, unless null), unparking them
@@ -178,8 +186,12 @@ class ThreadCache {
     return nullptr;
   }
 
+  // Hits minus misses of pops, bounded: below 0 the bins are not serving this thread's sizes.
+  static constexpr int kMinScore = -64, kMaxScore = 64, kInitialScore = 8;
   SpinMutex own_mutex_;
   std::array<std::size_t, 64> recent_sizes_{};  // direct-mapped by size
+  int score_ = kInitialScore;
+  std::uint32_t probe_ = 0;
   std::array<StreamBins, kStreams> streams_{};
   std::size_t streams_used_ = 0;
 };

@@ -44,7 +44,7 @@ class FrontCacheTest : public testing::TestWithParam<Heap> {
     const ConsistencyReport report = check_consistency(ledger_, allocator_.census());
     EXPECT_TRUE(report.ok()) << report.to_string();
   }
-  // A front cache manages only sizes its thread asked for before (ThreadCache::repeats).
+  // A front cache manages only sizes its thread asked for before (ThreadCache::worth_adopting).
   void warm(std::size_t bytes, StreamHandle stream = 0) {
     allocator_.deallocate(allocator_.allocate(bytes, stream));
   }
@@ -109,8 +109,12 @@ TEST_P(FrontCacheTest, DoubleFreeOfAParkedBlockIsRefusedAndChangesNothing) {
 
 TEST_P(FrontCacheTest, EmptyCacheReturnsParkedBlocks) {
   std::vector<DevicePtr> blocks;
-  for (int i = 0; i < 6; ++i) warm((i + 1) * 8 * kKiB);
-  for (int i = 0; i < 6; ++i) blocks.push_back(allocator_.allocate((i + 1) * 8 * kKiB, 0));
+  for (int i = 0; i < 6; ++i) {
+    const std::size_t bytes = (i + 1) * 8 * kKiB;
+    warm(bytes);  // a miss: the size is new
+    warm(bytes);  // a miss: managed from now on
+    blocks.push_back(allocator_.allocate(bytes, 0));  // a hit: the pops keep serving
+  }
   for (DevicePtr ptr : blocks) allocator_.deallocate(ptr);
   EXPECT_GT(all().reserved_bytes.current, 0);
   allocator_.empty_cache();
