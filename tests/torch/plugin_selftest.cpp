@@ -276,6 +276,96 @@ TEST(TorchPlugin, ImpossibleRequestsAreOutOfMemoryInTorchsWords) {
   EXPECT_EQ(stats().allocated_bytes[kAll].current, allocated);
 }
 
+// Issue 16, "out of memory that helps": at the memory-fraction cap and at the device's own limit
+// the allocator frees its cache and retries before it raises; the message keeps torch's wording
+// and says where the memory is: the largest free block left after the cache went back (what
+// fragmentation leaves), the graph and other private pools' memory, the additive account. The
+// process continues: later requests succeed.
+TEST(TorchPlugin, OutOfMemoryFreesTheCacheRetriesAndSaysWhereTheMemoryIs) {
+  plugin().emptyCache();
+  const auto reserved_start = stats().reserved_bytes[kAll].current;
+  // A private (graph) pool holding memory.
+  const c10::MempoolId_t pool{116, 0};
+  plugin().beginAllocateToPool(0, pool, this_thread_only());
+  void* in_pool = alloc(3 * kMiB);
+  plugin().endAllocateToPool(0, pool);
+  std::int64_t pool_bytes = 0;
+  for (const auto& segment : plugin().snapshot(pool).segments) {
+    pool_bytes += static_cast<std::int64_t>(segment.total_size);
+  }
+  ASSERT_GT(pool_bytes, 0);
+  // In the default pool: a 2.5 MiB block, then a 1.5 MiB block ending on the same 2 MiB page;
+  // freed, the second is a hole in a page the first still needs (1.50 MiB that no cache release
+  // can return), plus 64 MiB of plain cache that a release does return.
+  void* kept = alloc(5 * kMiB / 2);
+  void* hole = alloc(3 * kMiB / 2);
+  void* cached = alloc(64 * kMiB);
+  plugin().free_block(hole);
+  plugin().free_block(cached);
+  const auto reserved_cached = stats().reserved_bytes[kAll].current;
+  ASSERT_GE(reserved_cached - reserved_start, static_cast<std::int64_t>(64 * kMiB) + pool_bytes);
+  const auto total = static_cast<double>(plugin().device_state(0).backend_info().total_bytes);
+
+  auto out_of_memory = [](std::size_t bytes) -> std::string {
+    try {
+      void* p = alloc(bytes);
+      plugin().free_block(p);
+    } catch (const c10::OutOfMemoryError& error) {
+      return error.what();
+    }
+    return "no out-of-memory error";
+  };
+  const std::string pool_text = "graph and other private pools hold " +
+                                c10::CachingAllocator::format_size(pool_bytes) + ".";
+  for (const bool at_cap : {true, false}) {
+    SCOPED_TRACE(at_cap ? "at the memory-fraction cap" : "at the simulated device's limit");
+    const auto retries = stats().num_alloc_retries;
+    const auto ooms = stats().num_ooms;
+    // At the cap: 100 MiB, above the cap (32 MiB over what is reserved) but below the cap plus
+    // the cache. At the device's limit: 78 GiB live of its 80 GiB, then 4 GiB (a request the
+    // device could hold, so the cache is released and the request retried first).
+    void* filler = nullptr;
+    if (at_cap) {
+      plugin().setMemoryFraction((reserved_cached + 32.0 * kMiB) / total, 0);
+    } else {
+      filler = alloc(78 * kMiB * 1024);
+      ASSERT_NE(filler, nullptr);
+    }
+    const std::int64_t filler_bytes = at_cap ? 0 : static_cast<std::int64_t>(78 * kMiB * 1024);
+    const std::size_t request = at_cap ? 100 * kMiB : 4 * kMiB * 1024;
+    const std::string what = out_of_memory(request);
+    plugin().setMemoryFraction(1.0, 0);
+    EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate " +
+                         c10::CachingAllocator::format_size(request) + ". GPU 0 has a total "
+                         "capacity of ", 0), 0u) << what;
+    EXPECT_NE(what.find(" is allocated by PyTorch, and "), std::string::npos) << what;
+    EXPECT_NE(what.find("Largest free cached block: 1.50 MiB;"), std::string::npos)
+        << "the hole is the largest free block once the cache went back: " << what;
+    EXPECT_NE(what.find(pool_text), std::string::npos) << what;
+    EXPECT_NE(what.find("vramledger's account of this process on GPU 0"), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find("memory fraction") != std::string::npos, at_cap) << what;
+    EXPECT_GT(stats().num_alloc_retries, retries) << "no retry after freeing the cache";
+    EXPECT_EQ(stats().num_ooms, ooms + 1);
+    // The cache went back before the error: what is reserved is the live blocks' pages (the
+    // kept block's two) and the private pool.
+    // The cache went back before the error, and so did any page the failed attempt gathered:
+    // what is reserved is the live blocks' pages (the kept block's two, the filler's) and the
+    // private pool.
+    EXPECT_EQ(stats().reserved_bytes[kAll].current,
+              reserved_start + static_cast<std::int64_t>(4 * kMiB) + filler_bytes + pool_bytes);
+    if (filler != nullptr) plugin().free_block(filler);
+  }
+  // The process continues: the request that hit the cap now succeeds.
+  void* later = alloc(100 * kMiB);
+  plugin().free_block(later);
+  plugin().free_block(kept);
+  plugin().free_block(in_pool);
+  plugin().releasePool(0, pool);
+  plugin().emptyCache();
+  EXPECT_EQ(stats().reserved_bytes[kAll].current, reserved_start);
+}
+
 TEST(TorchPlugin, BuiltForTheTorchThatIsLoaded) {
   // The self-test runs against the torch it was compiled for: the load-time check must agree.
   const std::string loaded = loaded_torch_version();
