@@ -213,7 +213,8 @@ inline std::string CachingAllocator::Impl::describe_oom(std::size_t bytes, Strea
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
   const bool known = backend_.memory_info(&free_bytes, &total_bytes).is_ok();
-  std::string text = "out of memory: tried to allocate " + format_bytes_exact(bytes) +
+  // Error adds "out of memory: " in front (errors.hpp).
+  std::string text = "tried to allocate " + format_bytes_exact(bytes) +
                      " on device " + std::to_string(backend_.info().device) + " (stream " +
                      format_hex(stream) + ", backend " + backend_.info().name + "). ";
   text += "vramledger holds " + format_bytes_exact(reserved_bytes_) + " reserved";
