@@ -66,6 +66,12 @@ struct AllocatorOptions {
   // reusable by queueing a GPU-side wait on those streams' events (stream-ordered reuse, as
   // cudaMallocAsync's internal dependencies) instead of waiting for the CPU to see them complete.
   bool adopt_pending_frees = true;
+  // Paged heap, experimental (CPU replays only so far): when the best fit needs new pages, the
+  // allocation may go anywhere in a candidate free block — its back, or where a run of mapped
+  // pages starts — whichever needs the fewest new pages. On the lag replays it cut map + unmap
+  // calls by ~40% on GPT-2 and Llama training at 1.0065-1.0182 of peak requested, but raised
+  // gpt2_generate to 1.038-1.048 (docs/configuration.md); off until measured on a GPU.
+  bool place_by_mapped_pages = false;
 };
 
 }  // namespace vramledger

@@ -59,8 +59,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 18>& key_table() {
-  static const std::array<KeySpec, 18> table = {{
+const std::array<KeySpec, 19>& key_table() {
+  static const std::array<KeySpec, 19> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -126,6 +126,8 @@ const std::array<KeySpec, 18>& key_table() {
        &AllocatorOptions::alias_pending_pages},
       {"adopt_pending_frees", "adopt_pending_frees", ValueKind::kBool, {},
        &AllocatorOptions::adopt_pending_frees},
+      {"place_by_mapped_pages", "place_by_mapped_pages", ValueKind::kBool, {},
+       &AllocatorOptions::place_by_mapped_pages},
       {"front_cache_mb",
        "front_cache_mb",
        ValueKind::kSize,

@@ -17,14 +17,25 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
       adopt_pending_frees(heaps, pool) > 0) {
     block = index.find(size);
   }
+  DevicePtr address = 0;
   if (block == nullptr) {
     block = add_span(heaps, pool, size);
+    address = block->address;
   } else if (pages_to_map(*block->range, block->address, size) > 0) {
     retire_mappings(heaps, /*wait=*/false);  // old addresses whose work is done are free again
-    block = fit_needing_fewest_new_pages(index, size, block);
+    const Placement best = placement_needing_fewest_new_pages(index, size, block);
+    block = best.block;
+    address = best.address;
+  } else {
+    address = block->address;
   }
-  back_with_pages(*block, block->address, size);  // throws with nothing changed
+  back_with_pages(*block, address, size);  // throws with nothing changed
   index.remove(block);
+  if (block->address < address) {  // placed inside the free block: its front stays free
+    Block* front = block;
+    block = split_front(front, address - front->address);
+    index.insert(front);
+  }
   if (block->size > size) index.insert(split_front(block, size));
   mark_pages(*block, +1);
   return block;
@@ -44,30 +55,62 @@ inline void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePt
   free_mapped_pages_[pool_index(span.pool)] -= reused;
 }
 
-// The best fit by size needs new pages, which costs driver calls and, when no page is free
-// anywhere, memory: look at a few other fits for one that needs fewer. A fit over an old
-// address of aliased memory still in use (retiring) would make the CPU wait for the GPU there
-// (map_pages_for), draining the GPU's queue: any fit without one is preferred.
-inline Block* CachingAllocator::Impl::fit_needing_fewest_new_pages(const FreeBlockIndex& index,
-                                                                   std::size_t size,
-                                                                   Block* best_fit) const {
-  constexpr int kCandidates = 8;
-  auto cost = [&](const Block* candidate) {
-    const AddressRange& span = *candidate->range;
-    const std::size_t first = page_of(span, candidate->address);
-    const std::size_t last = page_of(span, candidate->address + size - 1);
-    const bool must_wait = span.any_retiring(first, last + 1);
-    return std::pair{must_wait, pages_to_map(span, candidate->address, size)};
+// What placing `size` bytes at `address` of `candidate` costs: whether the CPU would have to
+// wait for the GPU (an old address of aliased memory still in use: map_pages_for waits for its
+// fence, draining the GPU's queue), then how many pages must be mapped (driver calls, and
+// memory when no page is free anywhere).
+inline CachingAllocator::Impl::Placement CachingAllocator::Impl::place_at(Block* candidate,
+                                                                         DevicePtr address,
+                                                                         std::size_t size) const {
+  const AddressRange& span = *candidate->range;
+  const std::size_t first = page_of(span, address);
+  const std::size_t last = page_of(span, address + size - 1);
+  return Placement{candidate, address,
+                   {span.any_retiring(first, last + 1), pages_to_map(span, address, size)}};
+}
+
+// With place_by_mapped_pages, where inside `candidate` (a free block of at least `size` bytes)
+// the allocation needs the fewest new pages: its front, its back, or the start of one of its
+// runs of mapped pages. Otherwise its front.
+inline CachingAllocator::Impl::Placement CachingAllocator::Impl::best_place_in(
+    Block* candidate, std::size_t size) const {
+  Placement best = place_at(candidate, candidate->address, size);
+  if (!options_.place_by_mapped_pages) return best;
+  auto consider = [&](DevicePtr address) {
+    if (address < candidate->address || address + size > candidate->end()) return;
+    const Placement place = place_at(candidate, address, size);
+    if (place.cost < best.cost) best = place;
   };
-  Block* best = best_fit;
-  auto best_cost = cost(best_fit);
-  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
-    if (best_cost == std::pair{false, std::size_t{0}}) return;
-    const auto candidate_cost = cost(candidate);
-    if (candidate_cost < best_cost) {
-      best = candidate;
-      best_cost = candidate_cost;
+  consider(candidate->end() - size);
+  const AddressRange& span = *candidate->range;
+  const auto [first, last] = whole_pages(span, candidate->address, candidate->end());
+  if (first >= last || span.count_mapped(first, last) == 0) return best;
+  constexpr int kRuns = 16;  // bounds the work in a block with scattered mapped pages
+  int runs = 0;
+  std::size_t previous = SIZE_MAX;
+  for_each_mapped(span, first, last, [&](std::size_t page) {
+    if (runs >= kRuns || best.cost.second == 0) return;
+    if (previous == SIZE_MAX || page != previous + 1) {  // a run of mapped pages starts here
+      ++runs;
+      consider(span.base + page * page_bytes_);
     }
+    previous = page;
+  });
+  return best;
+}
+
+// The best fit by size needs new pages: look at a few other fits (and, with
+// place_by_mapped_pages, at places inside each) for one that needs no wait and fewer pages.
+inline CachingAllocator::Impl::Placement
+CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex& index,
+                                                            std::size_t size,
+                                                            Block* best_fit) const {
+  constexpr int kCandidates = 8;
+  Placement best = best_place_in(best_fit, size);
+  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
+    if (best.cost == std::pair{false, std::size_t{0}}) return;
+    const Placement place = best_place_in(candidate, size);
+    if (place.cost < best.cost) best = place;
   });
   return best;
 }

@@ -238,8 +238,17 @@ class CachingAllocator::Impl {
 
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void back_with_pages(const Block& block, DevicePtr address, std::size_t size);
-  Block* fit_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
-                                      Block* best_fit) const;
+  // Where an allocation goes in a free block and what that costs: (must wait for an old
+  // address, pages to map), compared lexicographically.
+  struct Placement {
+    Block* block = nullptr;
+    DevicePtr address = 0;
+    std::pair<bool, std::size_t> cost;
+  };
+  Placement place_at(Block* candidate, DevicePtr address, std::size_t size) const;
+  Placement best_place_in(Block* candidate, std::size_t size) const;
+  Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
+                                               Block* best_fit) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);

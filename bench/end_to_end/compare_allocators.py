@@ -22,8 +22,11 @@ Allocators:
   vramledger-noslack      the same with cross_stream_slack_pct:0: a stream takes another stream's
                           idle pages rather than grow (the default grows within 2% above the peak
                           of active bytes first)
-  vramledger-alias        the same with alias_pending_pages:true (experimental): a stream's own
-                          pages still used by queued work serve new addresses (docs/configuration.md)
+  vramledger-nostreamorder  the same with alias_pending_pages:false,adopt_pending_frees:false:
+                          the defaults before 2026-12-01 evening, where reuse waits for the CPU to
+                          see the GPU finish (docs/configuration.md, issue 14)
+  vramledger-placed       the same with place_by_mapped_pages:true (experimental): an allocation
+                          that needs new pages goes where a free block's mapped pages are
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:

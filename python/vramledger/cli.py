@@ -104,7 +104,8 @@ _CONF_SIZES = {
     "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
     "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
 }
-_CONF_BOOLS = ("paged_heap", "alias_pending_pages", "adopt_pending_frees")
+_CONF_BOOLS = ("paged_heap", "alias_pending_pages", "adopt_pending_frees",
+               "place_by_mapped_pages")
 _CONF_BACKENDS = ("auto", "simulated", "cuda_malloc", "vmm", "malloc_async")
 
 
