@@ -410,10 +410,19 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dic
     ratio = reserved / requested if reserved and requested else None
     native_ms = native["result"].get("median_step_ms") if native else None
     median_ms = result.get("median_step_ms")
+    # Step by step against native's same step (same shapes in every run): the schedule's own
+    # spread of step times cancels out, which the ratio of two medians does not.
+    paired = None
+    if native is not None and result.get("schedule") == native["result"].get("schedule"):
+        warmup = result.get("warmup", 0)
+        ours, theirs = result.get("step_seconds") or [], native["result"].get("step_seconds") or []
+        ratios = [a / b for a, b in zip(ours[warmup:], theirs[warmup:]) if a and b]
+        paired = common.median(ratios) if ratios else None
     return {"peak_reserved_gib": reserved / GiB if reserved else None,
             "overhead_ratio": ratio, "ratio_basis": basis if ratio else None,
             "median_step_ms": median_ms, "p90_step_ms": result.get("p90_step_ms"),
             "step_time_vs_native": (median_ms / native_ms if median_ms and native_ms else None),
+            "paired_step_ratio": paired,
             "peak_reserved_vs_native": (reserved / native["result"]["peak_reserved_bytes"]
                                         if reserved and native else None)}
 

@@ -94,8 +94,8 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     lines += ["", "## Every run", "",
               "| workload | allocator | status | peak reserved B | peak requested B | "
               "peak allocated B | ratio | vs native reserved | median ms | p90 ms | vs native "
-              "step | process s | identical to native |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "step | step by step vs native (median) | process s | identical to native |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for run in doc["runs"]:
         result, d = run.get("result", {}), run.get("derived", {})
         identical = _identical_to_native(doc, run)
@@ -113,6 +113,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             f"{common.fmt_optional(d.get('median_step_ms'), '.1f')} | "
             f"{common.fmt_optional(d.get('p90_step_ms'), '.1f')} | "
             f"{common.fmt_optional(d.get('step_time_vs_native'), '.3f')} | "
+            f"{common.fmt_optional(d.get('paired_step_ratio'), '.3f')} | "
             f"{common.fmt_optional(run.get('wall_s'), '.1f')} | {identical} |")
     vram = [r for r in doc["runs"] if r["status"] == "ok" and r["result"].get("vramledger_stats")]
     if vram:

@@ -247,6 +247,8 @@ def test_all_identical(tmp_path, fake_python):
     ours = next(r for r in doc["runs"] if r["allocator"] == "vramledger")
     assert ours["derived"]["overhead_ratio"] == pytest.approx(8.5 / 8)
     assert ours["derived"]["peak_reserved_vs_native"] == pytest.approx(0.85)
+    # The fake steps take equal time under every allocator: step by step, a ratio of 1.
+    assert ours["derived"]["paired_step_ratio"] == pytest.approx(1.0)
     md = (out / "compare_allocators.md").read_text()
     assert "| gpt2_train | 10.00 GiB · 1.250 · " in md
     assert md.split("## Workloads")[0].count("| yes |") == workloads   # the main table
