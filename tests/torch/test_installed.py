@@ -477,6 +477,61 @@ def test_memory_fraction_caps_and_oom_observer():
     del ok
 
 
+
+def _torch_format_size(size):
+    """c10::CachingAllocator::format_size, which torch's OOM message uses."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"
+
+
+def test_oom_at_the_cap_frees_the_cache_and_says_where_the_memory_is():
+    """Issue 16: at the memory-fraction cap the allocator frees its cache and retries, then
+    raises torch's OutOfMemoryError in torch's words plus the largest free block and the memory
+    of graph and other private pools; the process continues."""
+    _settle()
+    torch.cuda.empty_cache()
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        in_pool = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+    pool_bytes = sum(segment["total_size"] for segment in pool.snapshot())
+    assert pool_bytes > 0
+    _settle()
+    torch.cuda.empty_cache()
+    reserved_live = torch.cuda.memory_stats()["reserved_bytes.all.current"]
+    cached = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+    del cached  # 64 MiB of cache the retry can give back
+    _settle()
+    stats = torch.cuda.memory_stats()
+    retries = stats["num_alloc_retries"]
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((stats["reserved_bytes.all.current"] + 32 * MiB)
+                                               / total)
+    try:
+        with pytest.raises(torch.OutOfMemoryError) as raised:
+            torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    text = str(raised.value)
+    assert text.startswith("CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total "
+                           "capacity of "), text
+    assert "Largest free cached block: " in text, text
+    assert f"graph and other private pools hold {_torch_format_size(pool_bytes)}." in text, text
+    assert "vramledger's account of this process on GPU 0" in text, text
+    stats = torch.cuda.memory_stats()
+    assert stats["num_alloc_retries"] > retries, "no retry after freeing the cache"
+    # Only live memory and the pool are left reserved: the cache went back before the error,
+    # and so did whatever the failed attempt gathered.
+    assert stats["reserved_bytes.all.current"] == reserved_live
+    later = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")  # the process continues
+    del later, in_pool, pool
+    _settle()
+    torch.cuda.empty_cache()
+
 def test_report_mentions_reserved():
     text = vramledger.report()
     assert "vramledger" in text and "installed" in text
