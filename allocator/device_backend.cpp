@@ -1,5 +1,7 @@
 #include "allocator/device_backend.hpp"
 
+#include <cstdlib>
+
 namespace vramledger {
 
 namespace {
@@ -30,5 +32,25 @@ Status DeviceBackend::unmap_pages(DevicePtr, std::size_t, std::size_t) {
 }
 
 Status DeviceBackend::grant_peer_access(int /*peer_device*/) { return Status::ok(); }
+
+Status DeviceBackend::allocate_host(std::size_t bytes, void** out) {
+  *out = std::malloc(bytes == 0 ? 1 : bytes);
+  if (*out == nullptr) {
+    return {ErrorCode::kOutOfMemory, "no host memory for " + std::to_string(bytes) + " bytes"};
+  }
+  return Status::ok();
+}
+Status DeviceBackend::free_host(void* host) {
+  std::free(host);
+  return Status::ok();
+}
+Status DeviceBackend::copy_to_host(void*, DevicePtr, std::size_t) {
+  return {ErrorCode::kNotSupported,
+          "backend '" + info().name + "' cannot copy device memory to the host"};
+}
+Status DeviceBackend::copy_to_device(DevicePtr, const void*, std::size_t) {
+  return {ErrorCode::kNotSupported,
+          "backend '" + info().name + "' cannot copy host memory to the device"};
+}
 
 }  // namespace vramledger

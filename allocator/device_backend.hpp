@@ -72,6 +72,19 @@ class DeviceBackend {
   virtual Status synchronize_event(EventHandle event) = 0;
   virtual Status stream_wait_event(StreamHandle stream, EventHandle event) = 0;
   virtual Status synchronize_device() = 0;
+
+  // --- Sleep and wake (CachingAllocator::sleep / wake, docs/sleep.md). ---
+  // Host memory the device copies to and from at full speed (pinned on CUDA). The defaults use
+  // the C heap.
+  virtual Status allocate_host(std::size_t bytes, void** out);
+  virtual Status free_host(void* host);
+  // Queues a copy between device memory (mapped, ours) and host memory; the bytes are in place
+  // once synchronize_device() returns. The defaults return kNotSupported.
+  virtual Status copy_to_host(void* host, DevicePtr device, std::size_t bytes);
+  virtual Status copy_to_device(DevicePtr device, const void* host, std::size_t bytes);
+  // Whether a CUDA graph capture is underway that memory operations must not disturb (a backend
+  // that cannot tell says false; the torch plugin checks torch's own capture state as well).
+  virtual bool capture_underway() const { return false; }
 };
 
 }  // namespace vramledger

@@ -57,6 +57,17 @@ class ForwardingBackend : public DeviceBackend {
     return inner_.stream_wait_event(stream, event);
   }
   Status synchronize_device() override { return inner_.synchronize_device(); }
+  Status allocate_host(std::size_t bytes, void** out) override {
+    return inner_.allocate_host(bytes, out);
+  }
+  Status free_host(void* host) override { return inner_.free_host(host); }
+  Status copy_to_host(void* host, DevicePtr device, std::size_t bytes) override {
+    return inner_.copy_to_host(host, device, bytes);
+  }
+  Status copy_to_device(DevicePtr device, const void* host, std::size_t bytes) override {
+    return inner_.copy_to_device(device, host, bytes);
+  }
+  bool capture_underway() const override { return inner_.capture_underway(); }
 
  protected:
   DeviceBackend& inner() const { return inner_; }

@@ -105,6 +105,36 @@ Status CudaRuntimeBackend::synchronize_device() {
                         "device=" + std::to_string(info_.device));
 }
 
+Status CudaRuntimeBackend::allocate_host(std::size_t bytes, void** out) {
+  const DeviceGuard guard(info_.device);
+  if (!guard.status().is_ok()) return guard.status();
+  return runtime_status(cudaHostAlloc(out, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
+                        "cudaHostAlloc", "bytes=" + std::to_string(bytes));
+}
+
+Status CudaRuntimeBackend::free_host(void* host) {
+  return runtime_status(cudaFreeHost(host), "cudaFreeHost",
+                        "host=" + describe_address(reinterpret_cast<std::uintptr_t>(host)));
+}
+
+Status CudaRuntimeBackend::copy_to_host(void* host, DevicePtr device, std::size_t bytes) {
+  const DeviceGuard guard(info_.device);
+  if (!guard.status().is_ok()) return guard.status();
+  return runtime_status(
+      cudaMemcpyAsync(host, reinterpret_cast<const void*>(device), bytes, cudaMemcpyDeviceToHost,
+                      nullptr),
+      "cudaMemcpyAsync", "device-to-host, bytes=" + std::to_string(bytes));
+}
+
+Status CudaRuntimeBackend::copy_to_device(DevicePtr device, const void* host, std::size_t bytes) {
+  const DeviceGuard guard(info_.device);
+  if (!guard.status().is_ok()) return guard.status();
+  return runtime_status(
+      cudaMemcpyAsync(reinterpret_cast<void*>(device), host, bytes, cudaMemcpyHostToDevice,
+                      nullptr),
+      "cudaMemcpyAsync", "host-to-device, bytes=" + std::to_string(bytes));
+}
+
 Status CudaRuntimeBackend::malloc_segment(std::size_t bytes, DevicePtr* out) {
   if (bytes == 0) return {ErrorCode::kInvalidArgument, "cudaMalloc: a segment of 0 bytes"};
   const DeviceGuard guard(info_.device);

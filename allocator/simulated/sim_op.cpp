@@ -20,6 +20,8 @@ std::string_view to_string(SimOp op) noexcept {
     case SimOp::kSynchronizeEvent: return "synchronize_event";
     case SimOp::kStreamWaitEvent: return "stream_wait_event";
     case SimOp::kSynchronizeDevice: return "synchronize_device";
+    case SimOp::kCopyToHost: return "copy_to_host";
+    case SimOp::kCopyToDevice: return "copy_to_device";
     case SimOp::kCount: break;
   }
   return "unknown_op";

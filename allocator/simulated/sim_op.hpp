@@ -24,6 +24,8 @@ enum class SimOp {
   kSynchronizeEvent,
   kStreamWaitEvent,
   kSynchronizeDevice,
+  kCopyToHost,
+  kCopyToDevice,
   kCount
 };
 

@@ -74,7 +74,9 @@ Status SimulatedDevice::allocate_segment(std::size_t bytes, StreamHandle stream,
 Status SimulatedDevice::free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle /*stream*/) {
   std::lock_guard lock(mutex_);
   if (Status status = begin_call(SimOp::kFreeSegment); !status) return status;
-  return memory_.free_segment(ptr, bytes);
+  Status status = memory_.free_segment(ptr, bytes);
+  if (status) contents_.forget(ptr);
+  return status;
 }
 
 Status SimulatedDevice::create_physical(std::size_t bytes, PhysicalHandle* out) {
@@ -88,7 +90,9 @@ Status SimulatedDevice::release_physical(PhysicalHandle handle) {
   std::lock_guard lock(mutex_);
   if (Status status = begin_call(SimOp::kReleasePhysical); !status) return status;
   if (!options_.supports_virtual_memory) return vmm_not_supported(SimOp::kReleasePhysical);
-  return memory_.release_physical(handle);
+  Status status = memory_.release_physical(handle);
+  if (status) contents_.forget(handle);
+  return status;
 }
 
 Status SimulatedDevice::reserve_address_range(std::size_t bytes, DevicePtr* out) {
@@ -333,6 +337,60 @@ void SimulatedDevice::clear_faults() {
 std::uint64_t SimulatedDevice::injected_failure_count(SimOp op) const {
   std::lock_guard lock(mutex_);
   return faults_.injected_count(op);
+}
+
+// --- Sleep and wake: copies and contents ---
+
+Status SimulatedDevice::copy_to_host(void* host, DevicePtr device, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kCopyToHost); !status) return status;
+  if (!memory_.is_range_accessible(device, bytes)) {
+    return {ErrorCode::kInvalidArgument, "copy_to_host: " + std::to_string(bytes) +
+                                             " bytes at " + simulated_detail::hex_address(device) +
+                                             " are not all mapped"};
+  }
+  contents_.read(memory_.memory_behind(device, bytes), host);
+  return Status::ok();
+}
+
+Status SimulatedDevice::copy_to_device(DevicePtr device, const void* host, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (Status status = begin_call(SimOp::kCopyToDevice); !status) return status;
+  if (!memory_.is_range_accessible(device, bytes)) {
+    return {ErrorCode::kInvalidArgument, "copy_to_device: " + std::to_string(bytes) +
+                                             " bytes at " + simulated_detail::hex_address(device) +
+                                             " are not all mapped"};
+  }
+  contents_.write(memory_.memory_behind(device, bytes), host);
+  return Status::ok();
+}
+
+bool SimulatedDevice::capture_underway() const {
+  std::lock_guard lock(mutex_);
+  return capture_underway_;
+}
+
+void SimulatedDevice::set_capture_underway(bool underway) {
+  std::lock_guard lock(mutex_);
+  capture_underway_ = underway;
+}
+
+Status SimulatedDevice::write_bytes(DevicePtr device, const void* data, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (!memory_.is_range_accessible(device, bytes)) {
+    return {ErrorCode::kInvalidArgument, "write_bytes: not all mapped at " + simulated_detail::hex_address(device)};
+  }
+  contents_.write(memory_.memory_behind(device, bytes), data);
+  return Status::ok();
+}
+
+Status SimulatedDevice::read_bytes(DevicePtr device, void* out, std::size_t bytes) const {
+  std::lock_guard lock(mutex_);
+  if (!memory_.is_range_accessible(device, bytes)) {
+    return {ErrorCode::kInvalidArgument, "read_bytes: not all mapped at " + simulated_detail::hex_address(device)};
+  }
+  contents_.read(memory_.memory_behind(device, bytes), out);
+  return Status::ok();
 }
 
 }  // namespace vramledger

@@ -28,6 +28,7 @@
 #include "allocator/device_backend.hpp"
 #include "allocator/simulated/fault_injector.hpp"
 #include "allocator/simulated/sim_op.hpp"
+#include "allocator/simulated/simulated_contents.hpp"
 #include "allocator/simulated/simulated_device_options.hpp"
 #include "allocator/simulated/simulated_memory.hpp"
 #include "allocator/simulated/stream_timeline.hpp"
@@ -65,6 +66,12 @@ class SimulatedDevice : public DeviceBackend {
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   // Completes all work queued so far on every stream; paused streams stay paused.
   Status synchronize_device() override;
+  // Copies through the mapping of the moment: the bytes are stored per physical handle or
+  // segment (simulated_contents.hpp). Unmapped or unknown addresses are kInvalidArgument.
+  Status copy_to_host(void* host, DevicePtr device, std::size_t bytes) override;
+  Status copy_to_device(DevicePtr device, const void* host, std::size_t bytes) override;
+  // A CUDA graph capture as the test declares it (set_capture_underway).
+  bool capture_underway() const override;
 
   // --- Streams the test controls (stream 0 always exists) ---
   StreamHandle create_stream();
@@ -90,6 +97,13 @@ class SimulatedDevice : public DeviceBackend {
   // ordered before it. Returns a description, or nothing when every such use is ordered first.
   std::optional<std::string> find_hazard(StreamHandle stream, DevicePtr ptr,
                                          std::size_t bytes);
+
+  // --- Test controls for sleep and wake ---
+  void set_capture_underway(bool underway);
+  // The user's kernels writing and reading device memory (no call counted, no fault injected);
+  // kInvalidArgument when a byte is not accessible.
+  Status write_bytes(DevicePtr device, const void* data, std::size_t bytes);
+  Status read_bytes(DevicePtr device, void* out, std::size_t bytes) const;
 
   // --- Queries for tests ---
   const SimulatedDeviceOptions& options() const { return options_; }
@@ -141,6 +155,8 @@ class SimulatedDevice : public DeviceBackend {
 
   mutable std::mutex mutex_;
   SimulatedMemory memory_;
+  SimulatedContents contents_;
+  bool capture_underway_ = false;
   StreamTimeline timeline_;
   FaultInjector faults_;
   std::array<std::uint64_t, kSimOpCount> call_counts_{};

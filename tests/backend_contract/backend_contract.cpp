@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -110,6 +111,34 @@ TEST_P(BackendContractTest, VirtualMemoryWorksAsASetOrNotAtAll) {
   VRAMLEDGER_EXPECT_OK(backend().unmap_pages(base + page, page, 1));
   VRAMLEDGER_EXPECT_OK(backend().release_physical(handle));
   VRAMLEDGER_EXPECT_OK(backend().free_address_range(base, 4 * page));
+}
+
+// Sleep and wake (docs/sleep.md) copy through the backend: bytes written to a segment from host
+// memory come back unchanged, or both directions say kNotSupported.
+TEST_P(BackendContractTest, HostCopiesRoundTripOrAreNotSupported) {
+  const std::size_t bytes = 64 * 1024;
+  DevicePtr segment = 0;
+  VRAMLEDGER_EXPECT_OK(backend().allocate_segment(backend().info().granularity, stream(), &segment));
+  VRAMLEDGER_EXPECT_OK(backend().synchronize_device());
+  void* out = nullptr;
+  void* in = nullptr;
+  VRAMLEDGER_EXPECT_OK(backend().allocate_host(bytes, &out));
+  VRAMLEDGER_EXPECT_OK(backend().allocate_host(bytes, &in));
+  auto* pattern = static_cast<unsigned char*>(out);
+  for (std::size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<unsigned char>(i * 31 + 7);
+  std::memset(in, 0, bytes);
+  const Status to_device = backend().copy_to_device(segment, out, bytes);
+  if (to_device.code() == ErrorCode::kNotSupported) {
+    EXPECT_EQ(backend().copy_to_host(in, segment, bytes).code(), ErrorCode::kNotSupported);
+  } else {
+    VRAMLEDGER_EXPECT_OK(to_device);
+    VRAMLEDGER_EXPECT_OK(backend().copy_to_host(in, segment, bytes));
+    VRAMLEDGER_EXPECT_OK(backend().synchronize_device());
+    EXPECT_EQ(std::memcmp(in, out, bytes), 0) << "the bytes came back changed";
+  }
+  VRAMLEDGER_EXPECT_OK(backend().free_host(out));
+  VRAMLEDGER_EXPECT_OK(backend().free_host(in));
+  VRAMLEDGER_EXPECT_OK(backend().free_segment(segment, backend().info().granularity, stream()));
 }
 
 }  // namespace vramledger::contract

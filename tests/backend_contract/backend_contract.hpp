@@ -9,7 +9,8 @@
 // back; lack of memory is a kOutOfMemory Status that changes nothing and does not stick; events
 // can be created, recorded, waited for and destroyed; the virtual memory calls either work as a
 // set or all say kNotSupported, as info().supports_virtual_memory announces. The contract reads
-// no device memory, so it runs over backends whose memory the CPU cannot touch.
+// device memory only through the backend's own copies (copy_to_host, for sleep and wake), so it
+// runs over backends whose memory the CPU cannot touch.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -56,6 +56,14 @@ class OpRunner {
       case SimOp::kSynchronizeEvent: return device_.synchronize_event(new_event());
       case SimOp::kStreamWaitEvent: return device_.stream_wait_event(0, new_event());
       case SimOp::kSynchronizeDevice: return device_.synchronize_device();
+      case SimOp::kCopyToHost: {
+        char bytes[16] = {};
+        return device_.copy_to_host(bytes, mapped_page(), sizeof bytes);
+      }
+      case SimOp::kCopyToDevice: {
+        const char bytes[16] = {1, 2, 3};
+        return device_.copy_to_device(mapped_page(), bytes, sizeof bytes);
+      }
       case SimOp::kCount: break;
     }
     return {ErrorCode::kInternal, "no such op"};
