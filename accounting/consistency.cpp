@@ -25,6 +25,10 @@ constexpr ComparedCounter kCompared[] = {
     {"reserved_bytes", &PoolCounters::reserved_bytes, &BlockCensus::PerPool::reserved_bytes},
     {"mapped_bytes", &PoolCounters::mapped_bytes, &BlockCensus::PerPool::mapped_bytes},
     {"virtual_bytes", &PoolCounters::virtual_bytes, &BlockCensus::PerPool::virtual_bytes},
+    {"sleeping", &PoolCounters::sleeping, &BlockCensus::PerPool::sleeping},
+    {"sleeping_bytes", &PoolCounters::sleeping_bytes, &BlockCensus::PerPool::sleeping_bytes},
+    {"sleeping_resident_bytes", &PoolCounters::sleeping_resident_bytes,
+     &BlockCensus::PerPool::sleeping_resident_bytes},
 };
 
 BlockCensus::PerPool sum_of_pools(const BlockCensus& census) {
@@ -62,14 +66,14 @@ ConsistencyReport check_consistency(const Ledger& ledger, const BlockCensus& cen
   compare_pool(to_string(StatPool::kLarge), counters.pool(StatPool::kLarge),
                census.pools[static_cast<std::size_t>(PoolKind::kLarge)], report.mismatches);
 
-  // Every held byte is active, in a free block, or an unmapped physical page. Checked on the
-  // aggregate only: a physical page may be created for one pool and mapped under the other.
+  // Every held byte is active, in a free block, an unmapped physical page, or under a sleeping
+  // block on a page kept for neighbours. Checked on the aggregate only: a physical page may be
+  // created for one pool and mapped under the other.
   const PoolCounters& all = counters.aggregate();
-  const std::int64_t held_free =
-      all.reserved_bytes.current - all.active_bytes.current - all.unmapped_physical_bytes();
+  const std::int64_t held_free = all.cached_bytes() - all.unmapped_physical_bytes();
   if (held_free != aggregate.free_bytes) {
     report.mismatches.push_back(
-        {"all.free_bytes (reserved - active - unmapped physical)", held_free,
+        {"all.free_bytes (reserved - active - sleeping resident - unmapped physical)", held_free,
          aggregate.free_bytes});
   }
   return report;

@@ -103,6 +103,13 @@ void append_counters(std::string& out, const CountersAccount& account,
   append_breakdown_line(out, "+ cached, usable", breakdown.cached_usable);
   append_breakdown_line(out, "+ fragmentation (inactive split blocks)", breakdown.fragmentation);
   append_breakdown_line(out, "+ unmapped physical pages held", breakdown.unmapped_physical);
+  if (breakdown.sleeping != 0 || breakdown.sleeping_resident != 0) {
+    append_breakdown_line(out, "+ asleep, on pages kept for neighbours", breakdown.sleeping_resident);
+    append_format(out, "asleep (docs/sleep.md): %s (%" PRId64 " bytes) in %" PRId64
+                       " blocks, address space only, not in reserved but for the line above\n",
+                  format_bytes(breakdown.sleeping).c_str(), breakdown.sleeping,
+                  all.sleeping.current);
+  }
 
   append_format(out,
                 "counts: %" PRId64 " allocated blocks, %" PRId64 " active, %" PRId64

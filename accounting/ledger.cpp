@@ -244,6 +244,22 @@ void Ledger::apply(const AllocatorEvent& event) noexcept {
       break;
     case EventKind::kFrontCacheReturn:  // counted free already: only its split changes below
       break;
+    case EventKind::kSleep:  // docs/sleep.md: leaves allocated and active as a free would
+      negative = on_free_requested(event, update) | on_free_completed(event, update);
+      raise(update, &PoolCounters::sleeping, 1);
+      raise(update, &PoolCounters::sleeping_bytes, size);
+      break;
+    case EventKind::kWake:  // back as an allocation
+      negative = (lower(update, &PoolCounters::sleeping, 1) |
+                  lower(update, &PoolCounters::sleeping_bytes, size)) < 0;
+      on_alloc(event, update);
+      break;
+    case EventKind::kSleepResident:
+      raise(update, &PoolCounters::sleeping_resident_bytes, size);
+      break;
+    case EventKind::kWakeResident:
+      negative = lower(update, &PoolCounters::sleeping_resident_bytes, size) < 0;
+      break;
     case EventKind::kCount:
     default:
       record_malformed_event(event, "kind", static_cast<std::int64_t>(event.kind));

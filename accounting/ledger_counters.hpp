@@ -39,9 +39,17 @@ struct PoolCounters {
   Stat mapped_bytes;               // VMM: physical bytes mapped into address ranges
   Stat virtual_bytes;              // VMM: address space reserved
   Stat physical_bytes;             // VMM physical pages held (beyond torch; part of reserved)
+  // Sleep by tag (docs/sleep.md): blocks asleep are neither allocated nor active. Their bytes
+  // are address space only, except those on pages kept mapped for neighbours (resident, part
+  // of reserved).
+  Stat sleeping;
+  Stat sleeping_bytes;
+  Stat sleeping_resident_bytes;
 
-  // Held bytes no block uses or waits for: free blocks plus unmapped physical pages.
-  std::int64_t cached_bytes() const noexcept { return reserved_bytes.current - active_bytes.current; }
+  // Held bytes no block uses, waits for or sleeps on: free blocks plus unmapped physical pages.
+  std::int64_t cached_bytes() const noexcept {
+    return reserved_bytes.current - active_bytes.current - sleeping_resident_bytes.current;
+  }
   // Freed by the user, still in use by other streams.
   std::int64_t pending_free_bytes() const noexcept {
     return active_bytes.current - allocated_bytes.current;
@@ -72,6 +80,9 @@ void for_each_stat(Pool& pool, Visit&& visit) {
   visit("mapped_bytes", pool.mapped_bytes);
   visit("virtual_bytes", pool.virtual_bytes);
   visit("physical_bytes", pool.physical_bytes);
+  visit("sleeping", pool.sleeping);
+  visit("sleeping_bytes", pool.sleeping_bytes);
+  visit("sleeping_resident_bytes", pool.sleeping_resident_bytes);
 }
 
 struct LedgerCounters {

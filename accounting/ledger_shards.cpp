@@ -389,6 +389,8 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
   bool exact = false;  // whether the update needs the shards folded and their credit checked
   if (event.kind == EventKind::kAlloc) {
     exact = !raise_fits(event);
+  } else if (event.kind == EventKind::kWake) {
+    exact = true;  // raises what an allocation does (rare: take the exact path)
   } else if (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate) {
     // Reserved reaching its peak arms "active at peak reserved", read from the exact sum.
     const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
@@ -406,7 +408,7 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
   }
   lock_shards();
   fold_locked();
-  if (event.kind == EventKind::kAlloc) {
+  if (event.kind == EventKind::kAlloc || event.kind == EventKind::kWake) {
     make_room_locked(event);
   } else {
     // Credit for the aggregate's active bytes was granted against a ceiling that may drop now.

@@ -18,15 +18,20 @@ struct MemoryBreakdown {
   std::int64_t cached_usable = 0;      // free bytes in blocks not split from a used range
   std::int64_t fragmentation = 0;      // inactive split bytes: free holes inside used ranges
   std::int64_t unmapped_physical = 0;  // VMM physical pages held but mapped nowhere
+  // Sleeping blocks' bytes on pages kept mapped for neighbours (docs/sleep.md); usually 0.
+  std::int64_t sleeping_resident = 0;
   std::int64_t reserved = 0;
+  // Not a line of reserved: bytes of sleeping blocks (address space; sleeping_resident of them
+  // still have memory behind them).
+  std::int64_t sleeping = 0;
 
   std::int64_t sum() const noexcept {
     return requested + rounding + pending_frees + cached_usable + fragmentation +
-           unmapped_physical;
+           unmapped_physical + sleeping_resident;
   }
   bool all_lines_non_negative() const noexcept {
     return requested >= 0 && rounding >= 0 && pending_frees >= 0 && cached_usable >= 0 &&
-           fragmentation >= 0 && unmapped_physical >= 0;
+           fragmentation >= 0 && unmapped_physical >= 0 && sleeping_resident >= 0;
   }
 };
 

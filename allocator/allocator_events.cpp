@@ -37,6 +37,10 @@ const char* to_string(EventKind kind) noexcept {
     case EventKind::kAllocRetry: return "alloc_retry";
     case EventKind::kOutOfMemory: return "out_of_memory";
     case EventKind::kFrontCacheReturn: return "front_cache_return";
+    case EventKind::kSleep: return "sleep";
+    case EventKind::kWake: return "wake";
+    case EventKind::kSleepResident: return "sleep_resident";
+    case EventKind::kWakeResident: return "wake_resident";
     case EventKind::kCount: break;
   }
   return "unknown";

@@ -38,6 +38,13 @@ enum class EventKind : std::uint8_t {
   // A block a front cache held (already counted free when the user freed it) goes back to its
   // heap: changes no counter but the inactive split its merges carry (docs/design.md, 5).
   kFrontCacheReturn,
+  // Sleep and wake by tag (docs/sleep.md): an allocated block goes to sleep (its counts leave
+  // allocated/active for sleeping, size = block bytes) or wakes (back, as an allocation); its
+  // bytes that stay on pages kept mapped for neighbours are announced as resident (size bytes).
+  kSleep,
+  kWake,
+  kSleepResident,
+  kWakeResident,
   kCount
 };
 

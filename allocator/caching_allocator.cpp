@@ -72,6 +72,7 @@ inline std::size_t CachingAllocator::Impl::request_size(std::size_t bytes,
 inline Block* CachingAllocator::Impl::allocate_block_locked(std::size_t bytes, std::size_t size,
                                                             PoolKind pool, StreamHandle stream,
                                                             TagId tag) {
+  refuse_if_asleep(tag, 0, "allocate");  // detail/sleep.cpp
   if (!pending_.empty()) process_completed_frees_locked();
   StreamHeaps& heaps = heaps_for(stream);
   Block* block = nullptr;
@@ -104,6 +105,7 @@ inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::siz
   const std::size_t size = round_up(bytes, options_.round_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   std::lock_guard lock(mutex_);
+  refuse_if_asleep(tag, address, "allocate_at");  // detail/sleep.cpp
   if (!pending_.empty()) process_completed_frees_locked();
   StreamHeaps& heaps = heaps_for(stream);
   Block* block = free_block_holding(heaps, pool, address, size);
@@ -153,7 +155,9 @@ inline Block* CachingAllocator::Impl::free_block_holding(StreamHeaps& heaps, Poo
       if (address >= b->end()) continue;
       if (b->state != BlockState::kFree) {
         return refuse(std::string("the bytes are ") +
-                      (b->state == BlockState::kAllocated ? "allocated" : "awaiting a free") +
+                      (b->state == BlockState::kAllocated   ? "allocated"
+                       : b->state == BlockState::kSleeping ? "asleep"
+                                                           : "awaiting a free") +
                       " (block at " + format_hex(b->address) + ")");
       }
       if (address + size > b->end()) {
@@ -282,5 +286,12 @@ BlockCensus CachingAllocator::census() const { return impl_->census(); }
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
 DeviceBackend& CachingAllocator::backend() const { return impl_->backend(); }
 void CachingAllocator::release_stream(StreamHandle stream) { impl_->release_stream(stream); }
+SleepResult CachingAllocator::sleep(std::span<const TagId> tags, std::span<const TagId> offload) {
+  return impl_->sleep(tags, offload);  // tagged blocks never sit in a front cache
+}
+SleepResult CachingAllocator::wake(std::span<const TagId> tags) { return impl_->wake(tags); }
+std::vector<TagId> CachingAllocator::sleeping_tags() const { return impl_->sleeping_tags(); }
+bool CachingAllocator::is_asleep(DevicePtr ptr) const { return impl_->is_asleep(ptr); }
+void CachingAllocator::release_sleep_host_memory() { impl_->release_sleep_host_memory(); }
 
 }  // namespace vramledger

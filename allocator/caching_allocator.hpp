@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct BlockCensus {
     std::int64_t virtual_bytes = 0;         // paged heap: address space reserved
     std::int64_t free_bytes = 0;            // inactive block bytes backed by memory (cached)
     std::int64_t largest_free_block = 0;    // largest inactive block fully backed by memory
+    std::int64_t sleeping = 0;              // blocks asleep (sleep by tag, docs/sleep.md)
+    std::int64_t sleeping_bytes = 0;        // their bytes: address space, no memory behind
+    std::int64_t sleeping_resident_bytes = 0;  // their bytes on pages kept for neighbours
   };
   PerPool pools[2];  // indexed by PoolKind
   std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
@@ -77,6 +81,16 @@ struct AllocationInfo {
   TagId tag = kUntagged;
   DevicePtr segment_base = 0;  // start of the range the block lives in
   std::size_t segment_size = 0;
+};
+
+// What one sleep or wake did (docs/sleep.md).
+struct SleepResult {
+  std::size_t blocks = 0;
+  std::size_t bytes = 0;            // block bytes put to sleep or woken
+  std::size_t offloaded_bytes = 0;  // copied to the host (sleep) or back (wake)
+  std::size_t released_bytes = 0;   // sleep: physical memory given back to the device
+  std::size_t mapped_bytes = 0;     // wake: block bytes that had no memory and have it again
+  std::size_t resident_bytes = 0;   // sleep: block bytes left on pages kept for neighbours
 };
 
 class CachingAllocator {
@@ -130,6 +144,27 @@ class CachingAllocator {
   BlockCensus census() const;
   const AllocatorOptions& options() const;
   DeviceBackend& backend() const;
+
+  // Sleep and wake by tag (docs/sleep.md; the paged heap only). sleep(): after waiting for the
+  // device, the allocated blocks of `tags` go to sleep: their physical pages go back to the
+  // device, their addresses stay reserved (every pointer stays valid for after the wake). Tags
+  // in `offload` (each also in `tags`) are copied to host memory first and restored by wake();
+  // the others' contents are discarded. Pages a sleeping block shares with a block that stays
+  // awake, with free bytes, or with a block of another sleeping tag stay mapped (resident).
+  // Refused with nothing changed (Error kInvalidArgument): an empty list, kUntagged, a tag
+  // already asleep, `offload` not within `tags`, a block of the tags freed and still awaiting
+  // other streams, a CUDA graph capture underway; kNotSupported without VMM. While asleep,
+  // freeing, record_stream on or allocating under a sleeping tag throws kInvalidArgument.
+  SleepResult sleep(std::span<const TagId> tags, std::span<const TagId> offload = {});
+  // Wakes `tags` (empty: every sleeping tag): memory mapped again under every block, offloaded
+  // contents copied back. A tag not asleep is refused (kInvalidArgument) with nothing changed;
+  // too little device memory throws OutOfMemoryError and leaves the tags asleep, nothing lost
+  // (wake again later).
+  SleepResult wake(std::span<const TagId> tags = {});
+  std::vector<TagId> sleeping_tags() const;
+  bool is_asleep(DevicePtr ptr) const;  // the block starting at ptr is asleep
+  // Frees the host memory kept from earlier sleeps for the next one.
+  void release_sleep_host_memory();
 
   // Forgets about a stream (e.g. destroyed): its cached blocks are returned to the backend;
   // blocks still allocated on it keep working until freed.

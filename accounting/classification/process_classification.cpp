@@ -12,7 +12,9 @@ void add_into(MemoryBreakdown& total, const MemoryBreakdown& part) {
   total.cached_usable += part.cached_usable;
   total.fragmentation += part.fragmentation;
   total.unmapped_physical += part.unmapped_physical;
+  total.sleeping_resident += part.sleeping_resident;
   total.reserved += part.reserved;
+  total.sleeping += part.sleeping;
 }
 
 void check_torch_lines(const DeviceLedgerView& view, const MemoryBreakdown& lines,
@@ -70,6 +72,8 @@ std::vector<NamedBytes> ProcessClassification::lines() const {
       {"torch fragmentation", torch.fragmentation},
       {"torch unmapped physical", torch.unmapped_physical},
   };
+  // Sleep by tag (docs/sleep.md): only while some sleeping block's page is kept for a neighbour.
+  if (torch.sleeping_resident != 0) out.push_back({"torch asleep, kept pages", torch.sleeping_resident});
   for (const NamedBytes& library : non_torch_by_library) {
     out.push_back({"non-torch: " + library.name, library.bytes});
   }

@@ -41,7 +41,9 @@ json breakdown_to_json(const MemoryBreakdown& breakdown) {
           {"cached_usable", breakdown.cached_usable},
           {"fragmentation", breakdown.fragmentation},
           {"unmapped_physical", breakdown.unmapped_physical},
+          {"sleeping_resident", breakdown.sleeping_resident},  // docs/sleep.md
           {"reserved", breakdown.reserved},
+          {"sleeping", breakdown.sleeping},  // address space, not a line of reserved
           {"all_lines_non_negative", breakdown.all_lines_non_negative()}};
 }
 

@@ -131,7 +131,8 @@ std::string ledger_to_prometheus(const Ledger& ledger, const ReportLabels& label
     const std::pair<const char*, std::int64_t> lines[] = {
         {"requested", breakdown.requested},         {"rounding", breakdown.rounding},
         {"pending_frees", breakdown.pending_frees}, {"cached_usable", breakdown.cached_usable},
-        {"fragmentation", breakdown.fragmentation}, {"unmapped_physical", breakdown.unmapped_physical}};
+        {"fragmentation", breakdown.fragmentation}, {"unmapped_physical", breakdown.unmapped_physical},
+        {"sleeping_resident", breakdown.sleeping_resident}};  // docs/sleep.md
     for (const auto& [line, bytes] : lines) {
       out.add("vramledger_breakdown_bytes", "gauge",
               "Additive breakdown of reserved bytes; the lines of one pool sum to "

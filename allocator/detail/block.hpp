@@ -19,6 +19,7 @@ enum class BlockState : std::uint8_t {
   kFree,         // in a free index, reusable by its stream
   kAllocated,    // handed out
   kPendingFree,  // freed by the user, waiting for events on other streams
+  kSleeping,     // allocated, its tag asleep: pages released, address kept (detail/sleep.cpp)
 };
 
 struct Block {

@@ -12,7 +12,8 @@ inline AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
   std::lock_guard lock(mutex_);
   const Block* block = live_.find(ptr);
   if (block == nullptr) block = block_containing(ptr);
-  if (block == nullptr || block->state != BlockState::kAllocated) {
+  if (block == nullptr ||
+      (block->state != BlockState::kAllocated && block->state != BlockState::kSleeping)) {
     throw Error(ErrorCode::kInvalidPointer,
                 "pointer " + format_hex(ptr) + " is not inside a live vramledger allocation");
   }
@@ -180,6 +181,26 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
       fail("two neighbouring free blocks were not merged");
     }
     cursor = b->end();
+    if (b->state == BlockState::kSleeping) {  // detail/sleep.cpp: no count but its own
+      ++active_blocks;
+      ++live_seen;
+      out.sleeping++;
+      out.sleeping_bytes += static_cast<std::int64_t>(b->size);
+      out.sleeping_resident_bytes +=
+          static_cast<std::int64_t>(backed_bytes(range, b->address, b->size).first);
+      if (range.is_span) {  // it keeps its page-use marks while asleep
+        const std::size_t first = page_of(range, b->address);
+        const std::size_t last = page_of(range, b->end() - 1);
+        for (std::size_t i : {first, last}) {
+          const DevicePtr page_start = range.base + i * page_bytes_;
+          recount[i].users++;
+          recount[i].active_bytes += std::min(b->end(), page_start + page_bytes_) -
+                                     std::max(b->address, page_start);
+          if (first == last) break;
+        }
+      }
+      continue;
+    }
     if (b->state == BlockState::kAllocated) {
       out.allocation++;
       out.allocated_bytes += static_cast<std::int64_t>(b->size);

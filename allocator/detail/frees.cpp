@@ -12,6 +12,7 @@ inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "free");
+  if (block->state == BlockState::kSleeping) refuse_asleep(block->tag, ptr, "free");
   if (block->state == BlockState::kPendingFree) {
     throw Error(ErrorCode::kDoubleFree,
                 "pointer " + format_hex(ptr) +
@@ -65,6 +66,7 @@ inline void CachingAllocator::Impl::record_stream(DevicePtr ptr, StreamHandle st
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "record_stream on");
+  if (block->state == BlockState::kSleeping) refuse_asleep(block->tag, ptr, "record_stream on");
   if (block->state != BlockState::kAllocated) {
     throw Error(ErrorCode::kDoubleFree,
                 "record_stream on " + format_hex(ptr) + ", which was already freed");

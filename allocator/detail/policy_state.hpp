@@ -14,6 +14,7 @@
 //   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
+//   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
 //
 // The tiers are compiled as one translation unit (allocator/meson.build, Meson's unity build)
 // and their member functions are defined `inline`, as they were when the policy was one class
@@ -36,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +48,7 @@
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
+#include "allocator/detail/sleep_state.hpp"
 #include "allocator/detail/thread_cache.hpp"
 #include "allocator/spin_mutex.hpp"
 #include "allocator/text_format.hpp"
@@ -87,6 +90,7 @@ class CachingAllocator::Impl {
   ~Impl() {
     retire_front_caches();  // their parked blocks back to the heaps, their ledger shards closed
     release_everything_at_exit();
+    release_sleep_host_memory_locked();
   }
 
   // ---- public operations (the facade forwards to these; each takes the lock)
@@ -116,6 +120,12 @@ class CachingAllocator::Impl {
   bool front_describe(DevicePtr ptr, AllocationInfo* info) const;
   void front_detach(DevicePtr ptr);
   void flush_front_caches();
+  // detail/sleep.cpp
+  SleepResult sleep(std::span<const TagId> tags, std::span<const TagId> offload);
+  SleepResult wake(std::span<const TagId> tags);
+  std::vector<TagId> sleeping_tags() const;
+  bool is_asleep(DevicePtr ptr) const;
+  void release_sleep_host_memory();
   // detail/census.cpp
   AllocationInfo describe(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
@@ -313,6 +323,21 @@ class CachingAllocator::Impl {
   void trim_free_physical(std::size_t keep_bytes);
   void release_everything_at_exit() noexcept;
 
+  // ---- sleep and wake by tag (detail/sleep.cpp)
+
+  // Throws kInvalidArgument when `tag` is asleep: `action` ("free", ...) names the refused call.
+  void refuse_if_asleep(TagId tag, DevicePtr ptr, const char* action) const {
+    if (!sleeping_tags_.empty() && sleeping_tags_.contains(tag)) refuse_asleep(tag, ptr, action);
+  }
+  [[noreturn]] void refuse_asleep(TagId tag, DevicePtr ptr, const char* action) const;
+  std::vector<Block*> blocks_to_sleep(std::span<const TagId> tags) const;
+  std::size_t release_sleeping_pages(const std::vector<SleepingBlock*>& blocks);
+  void refresh_resident(SleepingBlock& sleeping);
+  void refresh_all_resident(std::map<TagId, SleepingTag>* extra, std::span<const TagId> skip);
+  void map_sleeping_blocks(const std::vector<SleepingBlock*>& blocks);
+  HostBuffer take_host_buffer(std::size_t bytes);
+  void release_sleep_host_memory_locked() noexcept;
+
   // ---- queries and errors (detail/census.cpp)
 
   const Block* block_containing(DevicePtr ptr) const;
@@ -355,6 +380,10 @@ class CachingAllocator::Impl {
   std::map<std::size_t, std::vector<PhysicalHandle>> free_physical_[2];
   std::size_t free_physical_pages_[2] = {0, 0};
   std::size_t max_chunk_pages_ = 1;  // largest chunk created at once
+
+  // ---- sleep and wake (detail/sleep.cpp): tags asleep and their blocks; host buffers to reuse
+  std::map<TagId, SleepingTag> sleeping_tags_;
+  std::vector<HostBuffer> spare_host_;
 
   // ---- front caches (detail/front_cache.cpp, thread_cache.hpp; docs/design.md, 5.2)
   // Lock order: mutex_ -> front_mutex_ -> a ThreadCache's mutex(); the observer's own lock sits

@@ -86,13 +86,14 @@ TEST(JsonReport, SchemaKeysAreStable) {
             (std::set<std::string>{"allocation", "active", "allocated_bytes", "active_bytes",
                                    "requested_bytes", "allocated_requested_bytes", "segment",
                                    "inactive_split", "reserved_bytes", "inactive_split_bytes",
-                                   "mapped_bytes", "virtual_bytes", "physical_bytes"}));
+                                   "mapped_bytes", "virtual_bytes", "physical_bytes", "sleeping",
+                                   "sleeping_bytes", "sleeping_resident_bytes"}));
   EXPECT_EQ(keys_of(report["pools"]["all"]["segment"]),
             (std::set<std::string>{"current", "peak", "allocated", "freed"}));
   EXPECT_EQ(keys_of(report["breakdown"]["all"]),
             (std::set<std::string>{"requested", "rounding", "pending_frees", "cached_usable",
-                                   "fragmentation", "unmapped_physical", "reserved",
-                                   "all_lines_non_negative"}));
+                                   "fragmentation", "unmapped_physical", "sleeping_resident",
+                                   "reserved", "sleeping", "all_lines_non_negative"}));
   EXPECT_EQ(keys_of(report["derived"]["all"]),
             (std::set<std::string>{"cached_bytes", "pending_free_bytes",
                                    "unmapped_physical_bytes", "segment_bytes"}));
