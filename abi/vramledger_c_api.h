@@ -109,6 +109,34 @@ VRAMLEDGER_API void vramledger_tag_pop(void);
  * they hold and claim. Returns 0, or -1 for an invalid device. */
 VRAMLEDGER_API int vramledger_set_oom_note(int device, const char* note);
 
+/* Sleep and wake by tag (docs/sleep.md): for serving engines that give a model's memory back
+ * between jobs. vramledger_sleep waits for the device, then the physical memory under every live
+ * allocation of `tags` on `device` goes back to the driver while its addresses stay reserved:
+ * tensor pointers and captured CUDA graphs stay valid for after the wake. Tags in `offload` are
+ * copied to pinned host memory first and restored by vramledger_wake; the others come back with
+ * undefined contents (a KV cache). tags, offload: comma-separated tag names as given to
+ * vramledger_tag_push ("weights,kv_cache"; offload may be NULL or ""). vramledger_wake: tags NULL
+ * or "" wakes every sleeping tag. Only the default pool over the VMM backend sleeps (graph
+ * private pools keep their memory; docs/sleep.md says why). Returns 0 and fills *out (if not
+ * NULL); -1 for a refusal or error (an unknown tag, a tag already asleep or not asleep, a CUDA
+ * graph capture underway, a block of the tag still awaiting other streams: nothing changed);
+ * -2 when a wake finds too little device memory: the tags stay asleep, nothing lost, wake again
+ * later. The reason is in vramledger_last_error(). Freeing a sleeping tensor, or allocating under
+ * a sleeping tag, fails with an error naming the tag. */
+typedef struct vramledger_sleep_result {
+  uint64_t blocks;
+  uint64_t bytes;           /* block bytes put to sleep or woken */
+  uint64_t offloaded_bytes; /* copied to the host (sleep) or back (wake) */
+  uint64_t released_bytes;  /* sleep: physical bytes given back to the driver */
+  uint64_t mapped_bytes;    /* wake: block bytes that had no memory and have it again */
+  uint64_t resident_bytes;  /* sleep: sleeping bytes on pages kept for awake neighbours */
+} vramledger_sleep_result;
+VRAMLEDGER_API int vramledger_sleep(int device, const char* tags, const char* offload,
+                                    vramledger_sleep_result* out);
+VRAMLEDGER_API int vramledger_wake(int device, const char* tags, vramledger_sleep_result* out);
+/* The sleeping tags of `device`, comma-separated (snprintf-style result). */
+VRAMLEDGER_API size_t vramledger_sleeping_tags(int device, char* buffer, size_t capacity);
+
 #ifdef __cplusplus
 }
 #endif

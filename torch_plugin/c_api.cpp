@@ -18,6 +18,7 @@
 #include "torch_plugin/install.hpp"
 #include "torch_plugin/oom_note.hpp"
 #include "torch_plugin/process_report.hpp"
+#include "torch_plugin/sleep_by_name.hpp"
 #include "torch_plugin/stats_json.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
@@ -245,6 +246,39 @@ int vramledger_set_oom_note(int device, const char* note) {
   } catch (const std::exception& error) {
     return fail(error);
   }
+}
+
+// Sleep and wake by tag: torch_plugin/sleep_by_name.cpp, docs/sleep.md.
+static void fill_sleep_result(vramledger_sleep_result* out, const vramledger::SleepResult& result) {
+  if (out == nullptr) return;
+  *out = {result.blocks,          result.bytes,        result.offloaded_bytes,
+          result.released_bytes,  result.mapped_bytes, result.resident_bytes};
+}
+
+int vramledger_sleep(int device, const char* tags, const char* offload,
+                     vramledger_sleep_result* out) {
+  try {
+    fill_sleep_result(out, vramledger::torch_plugin::sleep_by_name(device, tags, offload));
+    return 0;
+  } catch (const std::exception& error) {
+    return fail(error);
+  }
+}
+
+int vramledger_wake(int device, const char* tags, vramledger_sleep_result* out) {
+  try {
+    fill_sleep_result(out, vramledger::torch_plugin::wake_by_name(device, tags));
+    return 0;
+  } catch (const vramledger::OutOfMemoryError& error) {
+    fail(error);
+    return -2;  // nothing lost: the tags stay asleep, wake again later
+  } catch (const std::exception& error) {
+    return fail(error);
+  }
+}
+
+size_t vramledger_sleeping_tags(int device, char* buffer, size_t capacity) {
+  return copy_out(vramledger::torch_plugin::sleeping_tag_names(device), buffer, capacity);
 }
 
 }  // extern "C"

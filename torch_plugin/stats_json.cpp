@@ -47,6 +47,10 @@ void write_counters(JsonWriter& object, const LedgerCounters& counters,
   write_pooled(object, "allocated_requested_bytes", counters,
                &PoolCounters::allocated_requested_bytes);
   write_pooled(object, "physical_bytes", counters, &PoolCounters::physical_bytes);
+  write_pooled(object, "sleeping", counters, &PoolCounters::sleeping);  // docs/sleep.md
+  write_pooled(object, "sleeping_bytes", counters, &PoolCounters::sleeping_bytes);
+  write_pooled(object, "sleeping_resident_bytes", counters,
+               &PoolCounters::sleeping_resident_bytes);
   object.number("num_alloc_retries", counters.num_alloc_retries);
   object.number("num_ooms", counters.num_ooms);
   object.number("num_device_alloc", counters.num_device_alloc);

@@ -339,6 +339,10 @@ void VramledgerAllocator::free_block(void* ptr) {
       taken->pool->policy().deallocate(reinterpret_cast<DevicePtr>(ptr));
     } catch (const std::exception& error) {
       registry_.insert(ptr, *taken);  // the block stays allocated (the policy changed nothing)
+      if (taken->pool->policy().is_asleep(reinterpret_cast<DevicePtr>(ptr))) {
+        state.defer_free(ptr);  // freed by the wake (torch's deleter must not throw)
+        return;
+      }
       raise(error, "free failed");
     }
   }

@@ -46,8 +46,11 @@ class VramledgerAllocator final : public VersionedAllocator {
   // Allocates on `device` and `stream` (routing to a capturing graph's pool as torch would).
   // Returns null for 0 bytes; throws c10::OutOfMemoryError / c10::Error.
   void* malloc(std::size_t bytes, c10::DeviceIndex device, cudaStream_t stream);
-  // Frees a pointer from malloc / allocate; null is ignored.
+  // Frees a pointer from malloc / allocate; null is ignored. A block asleep (docs/sleep.md) is
+  // freed at its wake: torch's deleter must not throw.
   void free_block(void* ptr);
+  // Frees deferred until the end of all captures, or until a wake (sleep_by_name.cpp).
+  void process_deferred_frees();
   // The device's allocators if that device was used, else null.
   DeviceAllocators* device_if_created(c10::DeviceIndex device) const;
   std::vector<DeviceAllocators*> created_devices() const;
@@ -137,7 +140,6 @@ class VramledgerAllocator final : public VersionedAllocator {
   [[noreturn]] void raise_out_of_memory(DeviceAllocators& device, MemoryPool& pool,
                                         std::size_t bytes, cudaStream_t stream,
                                         const std::string& detail);
-  void process_deferred_frees();
   // Frees a block whose other-stream uses a capture has joined back (capture_reuse.hpp).
   void free_ordered_in_capture(void* ptr);
   std::vector<cudaStream_t> streams_used_by(void* ptr);

@@ -77,6 +77,11 @@ __all__ = [
     "library_path",
     "pluggable_allocator",
     "cluster_report",
+    "sleep",
+    "wake",
+    "sleeping_tags",
+    "SleepResult",
+    "WakeOutOfMemoryError",
 ]
 
 __version__ = "0.1.0"
@@ -224,6 +229,36 @@ def tag(name: str) -> Iterator[None]:
         yield
     finally:
         _native().tag_pop()
+
+
+def sleep(tags: Any, offload: Any = None, device: Any = None) -> Any:
+    """Gives the memory of the live allocations under `tags` back to the driver; `offload` tags
+    are kept in pinned host memory and restored by wake(). docs/sleep.md, vramledger.sleep_wake."""
+    from . import sleep_wake as _sleep
+
+    return _sleep.sleep(tags, offload, device)
+
+
+def wake(tags: Any = None, device: Any = None) -> Any:
+    """Brings sleeping tags (all by default) back at the same addresses. docs/sleep.md."""
+    from . import sleep_wake as _sleep
+
+    return _sleep.wake(tags, device)
+
+
+def sleeping_tags(device: Any = None) -> list:
+    from . import sleep_wake as _sleep
+
+    return _sleep.sleeping_tags(device)
+
+
+def __getattr__(name: str) -> Any:
+    # SleepResult and WakeOutOfMemoryError live in vramledger.sleep_wake (imported on first use).
+    if name in ("SleepResult", "WakeOutOfMemoryError"):
+        from . import sleep_wake as _sleep
+
+        return getattr(_sleep, name)
+    raise AttributeError(f"module 'vramledger' has no attribute {name!r}")
 
 
 def pluggable_allocator() -> Any:

@@ -1,0 +1,98 @@
+// Sleep and wake through the C API (torch_plugin/sleep_by_name.cpp, docs/sleep.md) on the
+// simulated device, without a GPU: names to tags, the refusals the plugin adds (unknown tag,
+// capture underway, invalid device), -2 for a wake that finds no memory, a tensor freed while
+// asleep freed at the wake, and torch's statistics: allocated drops by the sleeping bytes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "abi/vramledger_c_api.h"
+#include "torch_plugin/device_allocators.hpp"
+#include "torch_plugin/vramledger_allocator.hpp"
+
+namespace vramledger::torch_plugin {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+
+VramledgerAllocator& plugin() {
+  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
+    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
+    VramledgerAllocator& created =
+        VramledgerAllocator::get_or_create("backend:simulated");  // 80 GiB, VMM
+    created.init(1);
+    return created;
+  }();
+  return instance;
+}
+
+void* alloc_tagged(const char* tag, std::size_t bytes) {
+  EXPECT_EQ(vramledger_tag_push(tag), 0);
+  struct Pop {
+    ~Pop() { vramledger_tag_pop(); }
+  } pop;
+  return plugin().malloc(bytes, 0, nullptr);
+}
+
+std::int64_t allocated() { return plugin().getDeviceStats(0).allocated_bytes[kAll].current; }
+
+TEST(SleepCApi, SleepsWakesAndRefuses) {
+  void* weights = alloc_tagged("sleep_weights", 64 * kMiB);
+  void* kv = alloc_tagged("sleep_kv", 96 * kMiB);
+  const std::int64_t before = allocated();
+  vramledger_sleep_result result{};
+  EXPECT_EQ(vramledger_sleep(0, "no_such_tag", nullptr, &result), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("unknown tag 'no_such_tag'"),
+            std::string::npos);
+  EXPECT_EQ(vramledger_sleep(7, "sleep_weights", nullptr, &result), -1);  // device never used
+  EXPECT_EQ(vramledger_sleep(-1, "sleep_weights", nullptr, &result), -1);
+
+  ASSERT_EQ(vramledger_sleep(0, "sleep_weights, sleep_kv", "sleep_weights", &result), 0)
+      << vramledger_last_error();
+  EXPECT_EQ(result.blocks, 2u);
+  EXPECT_EQ(result.offloaded_bytes, 64 * kMiB);
+  EXPECT_GT(result.released_bytes, 150 * kMiB);
+  EXPECT_EQ(allocated(), before - static_cast<std::int64_t>(160 * kMiB));
+  char names[64];
+  vramledger_sleeping_tags(0, names, sizeof names);
+  EXPECT_EQ(std::string(names), "sleep_weights,sleep_kv");
+  EXPECT_EQ(vramledger_sleep(0, "sleep_kv", nullptr, &result), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("already asleep"), std::string::npos);
+  EXPECT_THROW(alloc_tagged("sleep_kv", kMiB), c10::Error);
+
+  // torch frees a sleeping tensor: its deleter must not throw; the free happens at the wake.
+  EXPECT_NO_THROW(plugin().free_block(kv));
+
+  // The device fills up meanwhile: the wake fails with -2, nothing lost, and works later.
+  void* squatter = plugin().malloc((std::size_t{80} << 30) - 100 * kMiB, 0, nullptr);
+  EXPECT_EQ(vramledger_wake(0, nullptr, &result), -2);
+  EXPECT_NE(std::string(vramledger_last_error()).find("Nothing is lost"), std::string::npos);
+  plugin().free_block(squatter);
+  ASSERT_EQ(vramledger_wake(0, "", &result), 0) << vramledger_last_error();
+  EXPECT_EQ(result.blocks, 2u);
+  EXPECT_EQ(allocated(), before - static_cast<std::int64_t>(96 * kMiB)) << "kv freed at the wake";
+  EXPECT_EQ(vramledger_wake(0, "sleep_weights", &result), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("not asleep"), std::string::npos);
+  plugin().free_block(weights);
+}
+
+TEST(SleepCApi, RefusedWhileACaptureRoutesToAPrivatePool) {
+  void* weights = alloc_tagged("sleep_capture", 8 * kMiB);
+  DeviceAllocators& state = plugin().device_state(0);
+  const c10::MempoolId_t pool{7, 0};
+  state.create_or_incref_pool(pool, nullptr);
+  state.begin_allocate_to_pool(pool, [](cudaStream_t) { return true; });
+  vramledger_sleep_result result{};
+  EXPECT_EQ(vramledger_sleep(0, "sleep_capture", nullptr, &result), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("capture"), std::string::npos);
+  state.end_allocate_to_pool(pool);
+  state.release_pool(pool);
+  EXPECT_EQ(vramledger_sleep(0, "sleep_capture", nullptr, &result), 0);
+  EXPECT_EQ(vramledger_wake(0, "sleep_capture", &result), 0);
+  plugin().free_block(weights);
+}
+
+}  // namespace
+}  // namespace vramledger::torch_plugin

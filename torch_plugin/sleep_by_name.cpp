@@ -1,0 +1,112 @@
+#include "torch_plugin/sleep_by_name.hpp"
+
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "accounting/tag_registry.hpp"
+#include "torch_plugin/device_allocators.hpp"
+#include "torch_plugin/vramledger_allocator.hpp"
+
+namespace {
+
+using vramledger::TagId;
+using vramledger::torch_plugin::DeviceAllocators;
+using vramledger::torch_plugin::VramledgerAllocator;
+
+std::vector<TagId> tag_ids(const char* names, bool must_exist) {
+  std::vector<TagId> ids;
+  const std::string_view text = names == nullptr ? std::string_view() : std::string_view(names);
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view name = text.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (!name.empty()) {
+      const std::optional<TagId> id = vramledger::TagRegistry::global().find(name);
+      if (!id && must_exist) {
+        throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
+                                "unknown tag '" + std::string(name) +
+                                    "': nothing was ever allocated under it (vramledger.tag)");
+      }
+      if (id) ids.push_back(*id);
+    }
+    start = end + 1;
+  }
+  return ids;
+}
+
+DeviceAllocators& device_for_sleep(int device, const char* what) {
+  // Installed as torch's allocator, or serving the pluggable functions: the same instance.
+  VramledgerAllocator* instance = VramledgerAllocator::instance();
+  if (instance == nullptr) {
+    throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
+                            std::string(what) + ": vramledger has allocated nothing in this "
+                            "process (vramledger.install() before the first CUDA allocation)");
+  }
+  if (device < 0 || device >= VramledgerAllocator::kMaxDevices) {
+    throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
+                            std::string(what) + ": invalid device " + std::to_string(device));
+  }
+  DeviceAllocators* state = instance->device_if_created(static_cast<c10::DeviceIndex>(device));
+  if (state == nullptr) {
+    throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
+                            std::string(what) + ": vramledger never allocated on device " +
+                                std::to_string(device));
+  }
+  // Torch's own capture state: a graph capturing on any device, or on this thread's stream.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (!state->is_simulated()) {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
+    if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) (void)cudaGetLastError();
+  }
+  if (vramledger::torch_plugin::any_capture_underway() || status != cudaStreamCaptureStatusNone) {
+    throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
+                            std::string(what) + " refused: a CUDA graph capture is underway; "
+                            "nothing was changed");
+  }
+  return *state;
+}
+
+}  // namespace
+
+namespace vramledger::torch_plugin {
+
+SleepResult sleep_by_name(int device, const char* tags, const char* offload) {
+  DeviceAllocators& state = device_for_sleep(device, "sleep");
+  const std::vector<TagId> sleep_ids = tag_ids(tags, /*must_exist=*/true);
+  const std::vector<TagId> offload_ids = tag_ids(offload, /*must_exist=*/true);
+  return state.default_pool().policy().sleep(sleep_ids, offload_ids);
+}
+
+SleepResult wake_by_name(int device, const char* tags) {
+  DeviceAllocators& state = device_for_sleep(device, "wake");
+  const std::vector<TagId> ids = tag_ids(tags, /*must_exist=*/true);
+  const SleepResult result = state.default_pool().policy().wake(ids);
+  // Tensors torch freed while they slept go now (VramledgerAllocator::free_block).
+  if (VramledgerAllocator* instance = VramledgerAllocator::instance()) {
+    instance->process_deferred_frees();
+  }
+  return result;
+}
+
+std::string sleeping_tag_names(int device) {
+  std::string text;
+  VramledgerAllocator* instance = VramledgerAllocator::instance();
+  if (instance == nullptr || device < 0 || device >= VramledgerAllocator::kMaxDevices) return text;
+  if (DeviceAllocators* state = instance->device_if_created(static_cast<c10::DeviceIndex>(device))) {
+    for (TagId tag : state->default_pool().policy().sleeping_tags()) {
+      if (!text.empty()) text += ',';
+      text += tag_name(tag);
+    }
+  }
+  return text;
+}
+
+}  // namespace vramledger::torch_plugin

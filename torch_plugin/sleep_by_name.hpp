@@ -1,0 +1,19 @@
+// Sleep and wake by tag name for the C API and Python (docs/sleep.md): names to tag ids, the
+// refusals only the plugin can see (vramledger not installed, a device never used, a CUDA graph
+// capture torch is running), then the default pool's CachingAllocator::sleep / wake. Graph
+// private pools are cudaMalloc segment heaps and do not sleep (docs/sleep.md says what is needed).
+#pragma once
+
+#include <string>
+
+#include "allocator/caching_allocator.hpp"
+
+namespace vramledger::torch_plugin {
+
+// tags, offload: comma-separated names; an unknown name throws Error(kInvalidArgument), as do
+// the refusals above; the policy's errors (OutOfMemoryError on a wake included) pass through.
+SleepResult sleep_by_name(int device, const char* tags, const char* offload);
+SleepResult wake_by_name(int device, const char* tags);  // null or "": every sleeping tag
+std::string sleeping_tag_names(int device);             // comma-separated
+
+}  // namespace vramledger::torch_plugin
