@@ -1,0 +1,144 @@
+"""Sleep and wake by tag on a GPU (issue 17, docs/sleep.md), each case in a fresh interpreter with
+vramledger installed: a model's weights (offloaded) and a KV cache (discarded) give their memory
+back (NVML), the weights come back bitwise, a CUDA graph captured before the sleep replays to
+bitwise the same output, the ledger agrees with the census while asleep; misuse is refused with
+nothing lost. Skips (with the reason) without a GPU, torch or the staged package; the CPU side is
+tests/policy/sleep_test.cpp.
+"""
+
+import json
+import os
+
+import pytest
+
+from conftest import REPO, needs_gpu, run_python
+
+WORKLOAD = os.path.join(REPO, "bench", "sleep")
+PRELUDE = f"""
+import json, sys
+sys.path.insert(0, {WORKLOAD!r})
+import torch, vramledger
+vramledger.install()
+import sleep_workload as w
+"""
+
+
+def run(code, timeout=180):
+    result = run_python(PRELUDE + code, timeout=timeout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@needs_gpu
+def test_weights_and_kv_cache_sleep_and_wake():
+    out = run("""
+    memory = w.ProcessMemory(torch.cuda.current_device())
+    state = w.build(1 * w.GIB, 2 * w.GIB, lambda: vramledger.tag("weights"),
+                    lambda: vramledger.tag("kv_cache"))
+    before = memory.used()
+    slept = vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])
+    asleep = memory.used()
+    stats = vramledger.stats()
+    report = vramledger.report()
+    tags = vramledger.sleeping_tags()
+    woken = vramledger.wake()
+    checks = w.check_after_wake(state)
+    print(json.dumps(dict(checks, released=before - asleep, slept_bytes=slept.bytes,
+                          released_bytes=slept.released_bytes, resident=slept.resident_bytes,
+                          offloaded=slept.offloaded_bytes, woken=woken.bytes, tags=tags,
+                          consistent="consistent" in report or "INCONSISTENT" not in report,
+                          sleeping_stat=stats.get("sleeping_bytes", {}).get("all", {}).get("current"),
+                          basis=memory.basis)))
+    """)
+    gib = 1 << 30
+    assert out["tags"] == ["weights", "kv_cache"] or sorted(out["tags"]) == ["kv_cache", "weights"]
+    assert out["weights_intact"] and out["graph_identical"] and out["kv_usable"], out
+    assert out["offloaded"] >= 1 * gib - (64 << 20)
+    # Everything but at most a page at each end of a block went back to the driver.
+    assert out["released"] >= 3 * gib - (64 << 20), out
+    assert out["released_bytes"] + out["resident"] >= out["slept_bytes"] - (64 << 20), out
+    assert out["woken"] == out["slept_bytes"]
+
+
+@needs_gpu
+def test_misuse_is_refused_and_loses_nothing():
+    out = run("""
+    state = w.build(256 << 20, 256 << 20, lambda: vramledger.tag("weights"),
+                    lambda: vramledger.tag("kv_cache"))
+    errors = {}
+    def expect_error(name, call, kind=RuntimeError):
+        try:
+            call()
+            errors[name] = "no error"
+        except kind as error:
+            errors[name] = str(error)
+    expect_error("unknown tag", lambda: vramledger.sleep(tags=["nope"]))
+    expect_error("wake not asleep", lambda: vramledger.wake(tags=["weights"]))
+    # A sleep during a capture is refused before any device call: the capture goes on.
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        expect_error("during capture", lambda: vramledger.sleep(tags=["weights"]))
+        y = state["model"](state["input"])
+    vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])
+    expect_error("sleep twice", lambda: vramledger.sleep(tags=["weights"]))
+    def allocate_under_sleeping_tag():
+        with vramledger.tag("kv_cache"):
+            torch.empty(1 << 20, device="cuda")
+    expect_error("allocate asleep", allocate_under_sleeping_tag, Exception)
+    del state["kv"]  # freed at the wake, not a crash
+    vramledger.wake()
+    expect_error("wake twice", lambda: vramledger.wake(tags=["weights"]))
+    checks = w.check_after_wake(dict(state, kv=torch.zeros(1, dtype=torch.uint8, device="cuda")))
+    print(json.dumps(dict(checks, errors=errors)))
+    """)
+    errors = out["errors"]
+    assert "unknown tag 'nope'" in errors["unknown tag"]
+    assert "not asleep" in errors["wake not asleep"]
+    assert "capture" in errors["during capture"]
+    assert "already asleep" in errors["sleep twice"]
+    assert "asleep" in errors["allocate asleep"]
+    assert "not asleep" in errors["wake twice"]
+    assert out["weights_intact"] and out["graph_identical"], out
+
+
+@needs_gpu
+def test_wake_on_a_full_device_fails_cleanly_and_works_later():
+    out = run("""
+    state = w.build(512 << 20, 512 << 20, lambda: vramledger.tag("weights"),
+                    lambda: vramledger.tag("kv_cache"))
+    vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])
+    # Other allocations take all of the device's memory meanwhile.
+    blocks = []
+    with vramledger.tag("squatter"):
+        while True:
+            try:
+                blocks.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+            except torch.OutOfMemoryError:
+                break
+    message = ""
+    try:
+        vramledger.wake()
+    except vramledger.WakeOutOfMemoryError as error:
+        message = str(error)
+    still = vramledger.sleeping_tags()
+    del blocks
+    vramledger.empty_cache()
+    vramledger.wake()
+    checks = w.check_after_wake(state)
+    print(json.dumps(dict(checks, message=message, still=still)))
+    """)
+    assert "Nothing is lost" in out["message"], out["message"]
+    assert sorted(out["still"]) == ["kv_cache", "weights"]
+    assert out["weights_intact"] and out["graph_identical"] and out["kv_usable"], out
+
+
+def test_bench_script_says_when_torch_memory_saver_is_missing():
+    # CPU-side: the comparison harness parses its arguments and reports a missing module.
+    result = run_python(f"""
+import runpy, sys
+sys.argv = ["bench_sleep.py", "--check-tms-only"]
+runpy.run_path({os.path.join(REPO, "bench", "sleep", "bench_sleep.py")!r}, run_name="__main__")
+""", timeout=60)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text
+    assert "torch_memory_saver" in text
