@@ -119,8 +119,9 @@ def run_worker(name: str, args, budget_s: float) -> dict:
         saver, _ = tms_module()
         if saver is not None:
             import torch_memory_saver as package
-            libraries = glob.glob(os.path.join(os.path.dirname(package.__file__), "..",
-                                               "torch_memory_saver_hook_mode_preload*.so"))
+            folder = os.path.dirname(package.__file__)
+            libraries = [path for where in (folder, os.path.dirname(folder)) for path in
+                         glob.glob(os.path.join(where, "*hook_mode_preload*.so"))]
             if libraries:
                 env["LD_PRELOAD"] = os.path.abspath(libraries[0])
     try:

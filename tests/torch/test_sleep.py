@@ -8,6 +8,7 @@ tests/policy/sleep_test.cpp.
 
 import json
 import os
+import textwrap
 
 import pytest
 
@@ -24,7 +25,7 @@ import sleep_workload as w
 
 
 def run(code, timeout=180):
-    result = run_python(PRELUDE + code, timeout=timeout)
+    result = run_python(PRELUDE + textwrap.dedent(code), timeout=timeout)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -40,14 +41,17 @@ def test_weights_and_kv_cache_sleep_and_wake():
     asleep = memory.used()
     stats = vramledger.stats()
     report = vramledger.report()
+    process = vramledger.process_report()
     tags = vramledger.sleeping_tags()
     woken = vramledger.wake()
     checks = w.check_after_wake(state)
     print(json.dumps(dict(checks, released=before - asleep, slept_bytes=slept.bytes,
                           released_bytes=slept.released_bytes, resident=slept.resident_bytes,
                           offloaded=slept.offloaded_bytes, woken=woken.bytes, tags=tags,
-                          consistent="consistent" in report or "INCONSISTENT" not in report,
-                          sleeping_stat=stats.get("sleeping_bytes", {}).get("all", {}).get("current"),
+                          report_shows_asleep="asleep" in report,
+                          ledger_warning="inconsistent" in report,
+                          missing_hook="MISSING HOOK" in process,
+                          sleeping_stat=stats["sleeping_bytes"]["all"]["current"],
                           basis=memory.basis)))
     """)
     gib = 1 << 30
@@ -58,6 +62,10 @@ def test_weights_and_kv_cache_sleep_and_wake():
     assert out["released"] >= 3 * gib - (64 << 20), out
     assert out["released_bytes"] + out["resident"] >= out["slept_bytes"] - (64 << 20), out
     assert out["woken"] == out["slept_bytes"]
+    # The books while asleep: the sleeping line, no inconsistency, the process report still sums.
+    assert out["sleeping_stat"] == out["slept_bytes"], out
+    assert out["report_shows_asleep"] and not out["ledger_warning"], out
+    assert not out["missing_hook"], out
 
 
 @needs_gpu
