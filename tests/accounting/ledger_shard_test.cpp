@@ -1,0 +1,137 @@
+// The ledger's shards alone (accounting/ledger_shard.hpp), fed by hand as front caches would: the
+// fast path needs a stream share and credit, the slow path grants it, peaks of sums over shards
+// stay exact, queries fold, reset_peaks and close_shard take credit back.
+#include <gtest/gtest.h>
+
+#include "accounting/ledger.hpp"
+#include "tests/accounting/event_builders.hpp"
+
+namespace vramledger {
+namespace {
+
+using testing::BlockEvent;
+
+constexpr std::size_t kKiB = 1024;
+
+AllocatorEvent front_event(EventKind kind, DevicePtr address, std::size_t size,
+                           StreamHandle stream = 7) {
+  BlockEvent block;
+  block.address = address;
+  block.size = size;
+  block.requested = size;
+  block.stream = stream;
+  return testing::block_event(kind, block);
+}
+
+// try_apply under the shard's mutex, else the slow path, as the front cache does.
+void report(ObserverShard& shard, const AllocatorEvent& event) {
+  shard.mutex().lock();
+  const bool applied = shard.try_apply(event);
+  shard.mutex().unlock();
+  if (!applied) shard.apply_slow(event);
+}
+
+bool fast(ObserverShard& shard, const AllocatorEvent& event) {
+  shard.mutex().lock();
+  const bool applied = shard.try_apply(event);
+  shard.mutex().unlock();
+  return applied;
+}
+
+LedgerOptions quiet() {
+  LedgerOptions options;
+  options.abort_on_inconsistency = false;
+  return options;
+}
+
+TEST(LedgerShard, FirstRaiseTakesTheSlowPathThenFreesBecomeCredit) {
+  Ledger ledger(quiet());
+  ObserverShard* shard = ledger.open_shard();
+  ASSERT_NE(shard, nullptr);
+  const AllocatorEvent a = front_event(EventKind::kAlloc, 0x1000, 4 * kKiB);
+  EXPECT_FALSE(fast(*shard, a));  // no stream share, no credit: nothing changes
+  EXPECT_EQ(ledger.counters().aggregate().allocation.current, 0);
+  shard->apply_slow(a);
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.peak, static_cast<std::int64_t>(4 * kKiB));
+  EXPECT_TRUE(fast(*shard, front_event(EventKind::kFree, 0x1000, 4 * kKiB)));
+  EXPECT_TRUE(fast(*shard, a));  // the free's credit covers the same size again
+  EXPECT_FALSE(fast(*shard, front_event(EventKind::kAlloc, 0x2000, 4 * kKiB)));  // a new peak
+  const LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocation.current, 1);
+  EXPECT_EQ(counters.aggregate().allocation.peak, 1);
+  EXPECT_EQ(counters.aggregate().allocated_bytes.allocated, static_cast<std::int64_t>(8 * kKiB));
+  EXPECT_EQ(counters.events, 3u);  // the refused raise was never counted
+  ledger.close_shard(shard);
+}
+
+// Two shards whose sum reaches a new peak only together: the peak is the sum at that instant,
+// not either shard's own high-water mark, and never more.
+TEST(LedgerShard, PeakOfTheSumOverShardsIsExact) {
+  Ledger ledger(quiet());
+  ObserverShard* one = ledger.open_shard();
+  ObserverShard* two = ledger.open_shard();
+  // Warm both: each allocates and frees 8 KiB on its own (the sum peaks at 8 KiB once).
+  report(*one, front_event(EventKind::kAlloc, 0x10000, 8 * kKiB, 1));
+  report(*one, front_event(EventKind::kFree, 0x10000, 8 * kKiB, 1));
+  report(*two, front_event(EventKind::kAlloc, 0x20000, 8 * kKiB, 2));
+  report(*two, front_event(EventKind::kFree, 0x20000, 8 * kKiB, 2));
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.peak, static_cast<std::int64_t>(8 * kKiB));
+  // Both hold credit for 8 KiB; together they reach 16 KiB.
+  report(*one, front_event(EventKind::kAlloc, 0x10000, 8 * kKiB, 1));
+  report(*two, front_event(EventKind::kAlloc, 0x20000, 8 * kKiB, 2));
+  LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocated_bytes.current, static_cast<std::int64_t>(16 * kKiB));
+  EXPECT_EQ(counters.aggregate().allocated_bytes.peak, static_cast<std::int64_t>(16 * kKiB));
+  EXPECT_EQ(counters.pool(PoolKind::kSmall).allocation.peak, 2);
+  for (const StreamUsage& entry : ledger.per_stream()) {
+    EXPECT_EQ(entry.usage.allocated_bytes.peak, static_cast<std::int64_t>(8 * kKiB));
+  }
+  // Alternating frees and allocations stay below it.
+  for (int i = 0; i < 100; ++i) {
+    report(*one, front_event(EventKind::kFree, 0x10000, 8 * kKiB, 1));
+    report(*two, front_event(EventKind::kFree, 0x20000, 8 * kKiB, 2));
+    report(*two, front_event(EventKind::kAlloc, 0x20000, 8 * kKiB, 2));
+    report(*one, front_event(EventKind::kAlloc, 0x10000, 8 * kKiB, 1));
+  }
+  counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocated_bytes.peak, static_cast<std::int64_t>(16 * kKiB));
+  // The ledger's own event on top: exactly 16 KiB + its size.
+  ledger.on_event(front_event(EventKind::kAlloc, 0x30000, 2 * kKiB, 3));
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.peak, static_cast<std::int64_t>(18 * kKiB));
+  ledger.close_shard(one);
+  ledger.close_shard(two);
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.current, static_cast<std::int64_t>(18 * kKiB));
+}
+
+TEST(LedgerShard, ResetPeaksTakesCreditBackSoTheNextPeakIsExact) {
+  Ledger ledger(quiet());
+  ObserverShard* shard = ledger.open_shard();
+  report(*shard, front_event(EventKind::kAlloc, 0x1000, 64 * kKiB));
+  report(*shard, front_event(EventKind::kFree, 0x1000, 64 * kKiB));  // 64 KiB of credit
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.peak, 0);
+  // Without the reset taking the credit back this would pass the new peak unseen.
+  EXPECT_FALSE(fast(*shard, front_event(EventKind::kAlloc, 0x1000, 4 * kKiB)));
+  report(*shard, front_event(EventKind::kAlloc, 0x1000, 4 * kKiB));
+  EXPECT_EQ(ledger.counters().aggregate().allocated_bytes.peak, static_cast<std::int64_t>(4 * kKiB));
+  ledger.close_shard(shard);
+}
+
+TEST(LedgerShard, TraceHoldsEveryEventOnceFolded) {
+  Ledger ledger(quiet());
+  ObserverShard* shard = ledger.open_shard();
+  for (int i = 0; i < 1000; ++i) {  // more than a shard stages
+    report(*shard, front_event(EventKind::kAlloc, 0x1000, 512));
+    report(*shard, front_event(EventKind::kFree, 0x1000, 512));
+  }
+  EXPECT_EQ(ledger.trace().size(), 2000u);
+  EXPECT_EQ(ledger.counters().events, 2000u);
+  std::size_t allocs = 0;
+  for (const TraceRecord& record : ledger.trace()) allocs += record.kind == EventKind::kAlloc;
+  EXPECT_EQ(allocs, 1000u);
+  ledger.close_shard(shard);
+  EXPECT_FALSE(ledger.inconsistent());
+}
+
+}  // namespace
+}  // namespace vramledger
