@@ -343,6 +343,16 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
     }
   }
   SleepResult result;
+  // A wake maps whole blocks at once, many GiB for a KV cache, and each chunk costs a create, a
+  // map and an access call: chunks up to kWakeChunkBytes (instead of map_chunk_mb) cut those
+  // calls for large blocks; a chunk lies under one block's pages, so it pins nothing extra.
+  constexpr std::size_t kWakeChunkBytes = std::size_t{256} << 20;
+  struct ChunkLimit {
+    std::size_t& pages;
+    std::size_t saved;
+    ~ChunkLimit() { pages = saved; }
+  } limit{max_chunk_pages_, max_chunk_pages_};
+  max_chunk_pages_ = std::max(max_chunk_pages_, kWakeChunkBytes / page_bytes_);
   // Any failure: what this call mapped goes back, the tags stay asleep with their host copies.
   auto undo = [&](const std::exception& error) {
     std::string undo_failure;
