@@ -245,7 +245,8 @@ void Ledger::apply(const AllocatorEvent& event) noexcept {
     case EventKind::kFrontCacheReturn:  // counted free already: only its split changes below
       break;
     case EventKind::kSleep:  // docs/sleep.md: leaves allocated and active as a free would
-      negative = on_free_requested(event, update) | on_free_completed(event, update);
+      negative = on_free_requested(event, update);
+      negative |= on_free_completed(event, update);
       raise(update, &PoolCounters::sleeping, 1);
       raise(update, &PoolCounters::sleeping_bytes, size);
       break;
