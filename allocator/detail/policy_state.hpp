@@ -90,7 +90,7 @@ class CachingAllocator::Impl {
   ~Impl() {
     retire_front_caches();  // their parked blocks back to the heaps, their ledger shards closed
     release_everything_at_exit();
-    release_sleep_host_memory_locked();
+    release_sleep_state_at_exit();
   }
 
   // ---- public operations (the facade forwards to these; each takes the lock)
@@ -337,6 +337,7 @@ class CachingAllocator::Impl {
   void map_sleeping_blocks(const std::vector<SleepingBlock*>& blocks);
   HostBuffer take_host_buffer(std::size_t bytes);
   void release_sleep_host_memory_locked() noexcept;
+  void release_sleep_state_at_exit() noexcept;
 
   // ---- queries and errors (detail/census.cpp)
 

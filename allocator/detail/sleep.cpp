@@ -116,6 +116,16 @@ inline void CachingAllocator::Impl::release_sleep_host_memory_locked() noexcept 
   spare_host_.clear();
 }
 
+// At destruction: host copies of tags still asleep go too (their blocks are leaked with every
+// other live block, as release_everything_at_exit leaves them).
+inline void CachingAllocator::Impl::release_sleep_state_at_exit() noexcept {
+  for (auto& [tag, state] : sleeping_tags_) {
+    if (state.host.data != nullptr) spare_host_.push_back(state.host);
+    state.host = HostBuffer{};
+  }
+  release_sleep_host_memory_locked();
+}
+
 // The bytes of a sleeping block still on mapped pages, announced to the ledger as they change.
 inline void CachingAllocator::Impl::refresh_resident(SleepingBlock& sleeping) {
   const Block& b = *sleeping.block;
