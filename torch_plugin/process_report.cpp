@@ -222,7 +222,10 @@ std::string process_report_json(const ProcessReport& report) {
       const std::vector<NamedBytes> all = c.lines();
       for (std::size_t i = 0; i < all.size(); ++i) {
         JsonWriter line(lines.item());
-        const char* kind = i < 6 ? "torch" : (i + 1 == all.size() ? "remainder" : "non_torch");
+        // The torch lines come first (six, a seventh while sleeping pages are kept: sleep.md).
+        const bool torch_line = all[i].name.rfind("torch ", 0) == 0;
+        const char* kind =
+            torch_line ? "torch" : (i + 1 == all.size() ? "remainder" : "non_torch");
         line.string("kind", kind);
         line.string("name", all[i].name);
         line.number("bytes", all[i].bytes);
@@ -236,7 +239,9 @@ std::string process_report_json(const ProcessReport& report) {
       torch.number("cached_usable", c.torch.cached_usable);
       torch.number("fragmentation", c.torch.fragmentation);
       torch.number("unmapped_physical", c.torch.unmapped_physical);
+      torch.number("sleeping_resident", c.torch.sleeping_resident);  // docs/sleep.md
       torch.number("reserved", c.torch.reserved);
+      torch.number("sleeping", c.torch.sleeping);  // address space, not a line
     }
     {
       JsonWriter non_torch(root.key("non_torch"));

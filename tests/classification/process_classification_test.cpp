@@ -55,6 +55,33 @@ TEST(ProcessClassification, LinesAreExactAndSumToProcessUsage) {
   EXPECT_EQ(listed, c.process_usage);
 }
 
+// Sleep by tag (docs/sleep.md): a sleeping block leaves the torch lines but for its bytes on
+// pages kept mapped for neighbours, which are a line of their own; the lines still sum to NVML.
+TEST(ProcessClassification, SleepingBytesOnKeptPagesAreTheirOwnLine) {
+  TypicalProcess p;
+  const DevicePtr weights = p.alloc(6 * kMiB, 6 * kMiB, /*tag=*/1);
+  p.ledger.on_event({.kind = EventKind::kSleep, .tag = 1, .stream = 1, .address = weights,
+                     .size = 6 * kMiB, .requested = 6 * kMiB});
+  p.ledger.on_event({.kind = EventKind::kSleepResident, .tag = 1, .stream = 1, .address = weights,
+                     .size = 2 * kMiB});
+  const ProcessClassification c = classify_process({DeviceLedgerView::of(p.ledger)}, p.tracked,
+                                                   p.nvml.sample());
+  EXPECT_EQ(c.torch.requested, 4'000'000) << "the sleeping block is not live";
+  EXPECT_EQ(c.torch.sleeping_resident, 2 * kMiB);
+  EXPECT_EQ(c.torch.sleeping, 6 * kMiB);
+  EXPECT_EQ(c.torch.cached_usable, 20 * kMiB - 4 * kMiB - 2 * kMiB - 2 * kMiB);
+  EXPECT_EQ(c.sum(), c.process_usage);
+  EXPECT_TRUE(c.all_lines_non_negative());
+  bool listed = false;
+  std::int64_t total = 0;
+  for (const NamedBytes& line : c.lines()) {
+    total += line.bytes;
+    listed |= line == NamedBytes{"torch asleep, kept pages", 2 * kMiB};
+  }
+  EXPECT_TRUE(listed);
+  EXPECT_EQ(total, c.process_usage);
+}
+
 TEST(ProcessClassification, WithoutTrackerNonTorchIsInTheRemainder) {
   TypicalProcess p;
   const ProcessClassification c = classify_process(
