@@ -33,7 +33,8 @@ std::vector<TagId> tag_ids(const char* names, bool must_exist) {
       if (!id && must_exist) {
         throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
                                 "unknown tag '" + std::string(name) +
-                                    "': nothing was ever allocated under it (vramledger.tag)");
+                                    "': no allocation scope was ever opened under that name "
+                                    "(vramledger.tag); nothing was changed");
       }
       if (id) ids.push_back(*id);
     }
