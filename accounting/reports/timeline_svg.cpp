@@ -108,8 +108,8 @@ std::string open_svg(const char* id, int width, int height) {
 
 }  // namespace
 
-const std::array<BreakdownCategory, 6>& breakdown_categories() {
-  static const std::array<BreakdownCategory, 6> categories{{
+const std::array<BreakdownCategory, 7>& breakdown_categories() {
+  static const std::array<BreakdownCategory, 7> categories{{
       {"requested", "requested by live allocations", "#4e79a7", &MemoryBreakdown::requested},
       {"rounding", "rounding", "#a0cbe8", &MemoryBreakdown::rounding},
       {"pending_frees", "pending cross-stream frees", "#b07aa1", &MemoryBreakdown::pending_frees},
@@ -118,6 +118,8 @@ const std::array<BreakdownCategory, 6>& breakdown_categories() {
        &MemoryBreakdown::fragmentation},
       {"unmapped_physical", "unmapped physical pages", "#bab0ac",
        &MemoryBreakdown::unmapped_physical},
+      {"sleeping_resident", "asleep, kept pages (docs/sleep.md)", "#f1ce63",
+       &MemoryBreakdown::sleeping_resident},
   }};
   return categories;
 }

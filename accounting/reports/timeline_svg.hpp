@@ -17,7 +17,7 @@ struct BreakdownCategory {
   std::int64_t MemoryBreakdown::*bytes;
 };
 // Bottom of the stack first.
-const std::array<BreakdownCategory, 6>& breakdown_categories();
+const std::array<BreakdownCategory, 7>& breakdown_categories();
 
 // Where the charts put an event of the stream, in SVG units (for the hover read-out's data).
 double timeline_x(const BreakdownTimeline& timeline, std::uint64_t sequence, int width);

@@ -87,14 +87,15 @@ TEST(HtmlReport, PathsHaveOnePointPerSampleOnBothBoundaries) {
   const std::string html = ledger_to_html(ledger, &census);
   const std::vector<SvgPath> paths = paths_of(html);
   const std::size_t samples = ledger.trace().size();
-  ASSERT_EQ(paths.size(), 8u);  // six areas, two ratio lines
-  for (std::size_t i = 0; i < 6; ++i) {
+  ASSERT_EQ(paths.size(), 9u);  // seven areas, two ratio lines
+  for (std::size_t i = 0; i < 7; ++i) {
     EXPECT_EQ(paths[i].cls, "area");
     EXPECT_EQ(paths[i].points.size(), 2 * samples) << paths[i].line;
   }
   EXPECT_EQ(paths[0].line, "requested");
   EXPECT_EQ(paths[5].line, "unmapped_physical");
-  EXPECT_EQ(paths[6].points.size(), samples);
+  EXPECT_EQ(paths[6].line, "sleeping_resident");
+  EXPECT_EQ(paths[7].points.size(), samples);
 }
 
 // gpt2_train from the recorded corpus, replayed on the simulated device (paged heap): the top of
@@ -116,10 +117,10 @@ TEST(HtmlReport, DrawsARealCorpusReplay) {
   options.max_samples = 300;
   const std::string html = ledger_to_html(ledger, &census, options);
   const std::vector<SvgPath> paths = paths_of(html);
-  ASSERT_EQ(paths.size(), 8u);
+  ASSERT_EQ(paths.size(), 9u);
 
   // The upper boundary of the top area is reserved; its highest point (smallest y) is the peak.
-  const SvgPath& top = paths[5];
+  const SvgPath& top = paths[6];
   ASSERT_EQ(top.points.size(), 600u);
   double min_y = 1e9;
   double max_y = -1e9;
@@ -129,7 +130,7 @@ TEST(HtmlReport, DrawsARealCorpusReplay) {
   }
   EXPECT_GT(max_y - min_y, 100.0) << "the chart should show reserved moving over the run";
   // Stack order: every area's top lies at or above (smaller y than) the area below's top.
-  for (std::size_t i = 1; i < 6; ++i) {
+  for (std::size_t i = 1; i < 7; ++i) {
     for (std::size_t k = 0; k < 300; ++k) {
       EXPECT_LE(paths[i].points[k].second, paths[i - 1].points[k].second + 0.05);
     }
