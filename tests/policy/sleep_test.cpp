@@ -471,6 +471,30 @@ TEST(SleepTeardown, AnAllocatorDestroyedWhileATagSleepsFreesItsHostCopy) {
   }  // the sleeping block is leaked with its range, as live blocks are; its host copy is not
 }
 
+TEST(SleepFrontCache, AFreeOfASleepingBlockIsRefusedWithFrontCachesOn) {
+  // Tagged blocks never enter a front cache; the front's free path hands a sleeping block to the
+  // heap's refusal, and untagged traffic through the caches meanwhile keeps the books.
+  SimulatedDevice device;
+  Ledger ledger;
+  AllocatorOptions options;
+  options.front_cache_bytes = 64 * kMiB;
+  CachingAllocator allocator(device, &ledger, options);
+  const DevicePtr w = allocator.allocate(3 * kMiB, 0, kWeights);
+  const std::vector<TagId> weights = {kWeights};
+  allocator.sleep(weights, weights);
+  for (int i = 0; i < 100; ++i) allocator.deallocate(allocator.allocate(4096, 0));
+  try {
+    allocator.deallocate(w);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+  allocator.wake(weights);
+  allocator.deallocate(w);
+  EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+}
+
 TEST(SleepSegmentHeap, IsNotSupportedWithoutVirtualMemory) {
   SimulatedDeviceOptions o;
   o.supports_virtual_memory = false;
