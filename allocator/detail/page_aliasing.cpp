@@ -119,12 +119,17 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
 
 // Physical memory leaving its stream (the free physical pool, the driver) must no longer be
 // mapped at an old address whose work may still run.
+// Memory aliased more than once (a new address freed and aliased again before the old one
+// retired) is still mapped at every one of those addresses: each must retire, the latest fence
+// last (found by the randomized stress test's hazard check: retiring only the first let another
+// stream take memory that work queued before the second free still used).
 inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle) {
   for (auto& heaps : streams_) {
-    for (std::size_t i = 0; i < heaps->retiring.size(); ++i) {
+    for (std::size_t i = 0; i < heaps->retiring.size();) {
       if (heaps->retiring[i].handle == handle) {
-        retire(*heaps, i);
-        return;
+        retire(*heaps, i);  // moves the last entry to i
+      } else {
+        ++i;
       }
     }
   }
