@@ -169,6 +169,18 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
     throw Error(ErrorCode::kInternal, "range at " + format_hex(range.base) + ": " + what);
   };
   std::vector<PageUse> recount(range.page_use.size());
+  // A block's bytes on its first and last page, as mark_pages counts them.
+  auto recount_edge_pages = [&](const Block* b) {
+    const std::size_t first = page_of(range, b->address);
+    const std::size_t last = page_of(range, b->end() - 1);
+    for (std::size_t i : {first, last}) {
+      const DevicePtr page_start = range.base + i * page_bytes_;
+      recount[i].users++;
+      recount[i].active_bytes +=
+          std::min(b->end(), page_start + page_bytes_) - std::max(b->address, page_start);
+      if (first == last) break;
+    }
+  };
   DevicePtr cursor = range.base;
   std::size_t active_blocks = 0;
   std::size_t free_mapped = 0;
@@ -188,17 +200,7 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
       out.sleeping_bytes += static_cast<std::int64_t>(b->size);
       out.sleeping_resident_bytes +=
           static_cast<std::int64_t>(backed_bytes(range, b->address, b->size).first);
-      if (range.is_span) {  // it keeps its page-use marks while asleep
-        const std::size_t first = page_of(range, b->address);
-        const std::size_t last = page_of(range, b->end() - 1);
-        for (std::size_t i : {first, last}) {
-          const DevicePtr page_start = range.base + i * page_bytes_;
-          recount[i].users++;
-          recount[i].active_bytes += std::min(b->end(), page_start + page_bytes_) -
-                                     std::max(b->address, page_start);
-          if (first == last) break;
-        }
-      }
+      if (range.is_span) recount_edge_pages(b);  // it keeps its page-use marks while asleep
       continue;
     }
     if (b->state == BlockState::kAllocated) {
@@ -217,13 +219,7 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
         if (range.count_mapped(first, last + 1) != last - first + 1) {
           fail("an active block lies on an unmapped page");
         }
-        for (std::size_t i : {first, last}) {
-          const DevicePtr page_start = range.base + i * page_bytes_;
-          recount[i].users++;
-          recount[i].active_bytes += std::min(b->end(), page_start + page_bytes_) -
-                                     std::max(b->address, page_start);
-          if (first == last) break;
-        }
+        recount_edge_pages(b);
       }
       continue;
     }
