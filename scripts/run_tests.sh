@@ -3,7 +3,7 @@
 #   build-release  release, every suite (GPU tests are built when nvcc is found and skip without
 #                  a GPU)
 #   build-asan     AddressSanitizer + UndefinedBehaviorSanitizer, every suite
-#   build-tsan     ThreadSanitizer, the 'concurrent' suite
+#   build-tsan     ThreadSanitizer, the 'concurrent' suite (only its executables are built)
 # then prints one closing line 'N passed, N failed, N skipped' counted from the three
 # meson-logs/testlog.json files (a build that fails to configure or compile counts as one failure;
 # so does a compiler or linker warning, which the build's log keeps).
@@ -57,7 +57,17 @@ phase() {
   fi
   rm -f "$setup_log"
   # The compiler's output is kept in DIR/compile.log and shown; any warning fails the run.
-  meson compile -C "$dir" -j "$jobs" 2>&1 | tee "$dir/compile.log"
+  # PHASE_SUITE=S builds only the executables of suite S (what that phase runs).
+  local targets=()
+  if [[ -n "${PHASE_SUITE:-}" ]]; then
+    mapfile -t targets < <(meson introspect "$dir" --tests | python3 -c '
+import json, os, sys
+suite, build = sys.argv[1], os.path.abspath(sys.argv[2])
+for test in json.load(sys.stdin):
+    if any(s == suite or s.endswith(":" + suite) for s in test["suite"]):
+        print(os.path.relpath(test["cmd"][0], build))' "$PHASE_SUITE" "$dir" | sort -u)
+  fi
+  meson compile -C "$dir" -j "$jobs" "${targets[@]}" 2>&1 | tee "$dir/compile.log"
   if [[ ${PIPESTATUS[0]} -ne 0 ]]; then
     echo "=== $dir: build FAILED"; build_failures=$((build_failures + 1)); return
   fi
@@ -82,7 +92,7 @@ VRAMLEDGER_STRESS_OPS=$stress_ops \
   phase build-release "" -- --buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}"
 VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
   phase build-asan "--timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined
-VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
+VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized PHASE_SUITE=concurrent \
   phase build-tsan "--suite concurrent --timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=thread
 
 echo "run_tests: finished in $(( $(date +%s) - start )) s (randomized stress: $stress_ops steps per heap, $stress_ops_sanitized under the sanitizers; the 10^6-step run is scripts/stress_long.sh)"
