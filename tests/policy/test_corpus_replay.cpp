@@ -30,17 +30,17 @@ std::vector<std::string> corpus_traces() {
   return paths;
 }
 
-// gpu_lag_ops: 0 = the simulated device completes work at once; N = SimulatedGpuLag.
-ReplayResult replay(const WorkloadTrace& trace, bool paged, ConsistencyReport* consistency,
-                    std::size_t gpu_lag_ops = 0, bool alias_pending_pages = false) {
+// Replays `trace` under `options` on a simulated H200-sized device that allows aliased mappings
+// only with `allow_aliasing`. gpu_lag_ops: 0 = the device completes work at once; N =
+// SimulatedGpuLag.
+ReplayResult replay_with(const WorkloadTrace& trace, const AllocatorOptions& options,
+                         bool allow_aliasing, ConsistencyReport* consistency,
+                         std::size_t gpu_lag_ops) {
   SimulatedDeviceOptions device_options;
   device_options.capacity_bytes = std::size_t{140} << 30;
-  device_options.allow_aliased_mappings = alias_pending_pages;
+  device_options.allow_aliased_mappings = allow_aliasing;
   SimulatedDevice device(device_options);
   Ledger ledger;
-  AllocatorOptions options;
-  options.use_paged_heap = paged;
-  options.alias_pending_pages = alias_pending_pages;
   CachingAllocator allocator(device, &ledger, options);
   std::vector<StreamHandle> streams{0};
   while (streams.size() < trace.stream_handles.size()) streams.push_back(device.create_stream());
@@ -54,6 +54,14 @@ ReplayResult replay(const WorkloadTrace& trace, bool paged, ConsistencyReport* c
   lag.reset();
   *consistency = check_consistency(ledger, allocator.census());
   return result;
+}
+
+ReplayResult replay(const WorkloadTrace& trace, bool paged, ConsistencyReport* consistency,
+                    std::size_t gpu_lag_ops = 0, bool alias_pending_pages = false) {
+  AllocatorOptions options;
+  options.use_paged_heap = paged;
+  options.alias_pending_pages = alias_pending_pages;
+  return replay_with(trace, options, alias_pending_pages, consistency, gpu_lag_ops);
 }
 
 TEST(CorpusReplay, CorpusIsThere) { EXPECT_GE(corpus_traces().size(), 6u); }
@@ -139,22 +147,9 @@ TEST(CorpusReplay, DefaultConfigurationStaysWithinTwoPercentAtEveryLag) {
     const double limit = path.find("gpt2_generate") != std::string::npos ? 1.03 : 1.02;
     for (std::size_t lag : {0, 30, 100, 1000}) {
       SCOPED_TRACE(path + " at --gpu-lag-ops " + std::to_string(lag));
-      SimulatedDeviceOptions device_options;
-      device_options.capacity_bytes = std::size_t{140} << 30;
-      SimulatedDevice device(device_options);
-      Ledger ledger;
-      CachingAllocator allocator(device, &ledger, AllocatorOptions{});
-      std::vector<StreamHandle> streams{0};
-      while (streams.size() < trace.stream_handles.size()) streams.push_back(device.create_stream());
-      auto lagging =
-          lag > 0 ? std::make_unique<SimulatedGpuLag>(device, streams, lag) : nullptr;
-      const ReplayResult result = replay_workload(
-          trace, allocator, ledger, [&](std::uint32_t k) { return streams.at(k); },
-          [&] {
-            if (lagging) lagging->after_operation();
-          });
-      lagging.reset();
-      const ConsistencyReport consistency = check_consistency(ledger, allocator.census());
+      ConsistencyReport consistency;
+      const ReplayResult result =
+          replay_with(trace, AllocatorOptions{}, /*allow_aliasing=*/true, &consistency, lag);
       EXPECT_TRUE(consistency.ok()) << consistency.to_string();
       EXPECT_EQ(result.out_of_memory, 0u);
       EXPECT_EQ(static_cast<std::size_t>(result.peak_requested_bytes), trace.peak_requested_bytes);
