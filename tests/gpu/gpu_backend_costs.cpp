@@ -21,6 +21,7 @@
 #include "allocator/cuda/driver_api.hpp"
 #include "allocator/cuda/malloc_async_backend.hpp"
 #include "allocator/cuda/vmm_backend.hpp"
+#include "tests/gpu/pattern_kernels.hpp"
 
 namespace vramledger {
 namespace {
@@ -179,6 +180,67 @@ void measure_page_runs(int device, std::size_t pages, int repetitions, bool batc
   check(per_page.free_address_range(va, pages * page), "free_address_range");
 }
 
+// --- What one chunk of the paged heap costs to map (cuMemMap + cuMemSetAccess) and unmap, by
+// chunk size: is the cost per call or per byte? And does a map or an unmap wait for the GPU?
+// A spin kernel keeps the GPU busy for 200 ms while the CPU maps and unmaps chunks elsewhere;
+// if the calls waited for the GPU their time would include the kernel's.
+void measure_chunks(VmmBackend& vmm, int repetitions) {
+  const std::size_t page = vmm.info().granularity;
+  for (std::size_t chunk : {page, 2 * page, 8 * page, 32 * page}) {
+    PhysicalHandle handle = 0;
+    check(vmm.create_physical(chunk, &handle), "create_physical");
+    DevicePtr va = 0;
+    check(vmm.reserve_address_range(chunk, &va), "reserve_address_range");
+    Row& map = add_row("vmm: map 1 chunk (cuMemMap + cuMemSetAccess)", chunk,
+                       "one physical allocation of this size");
+    Row& unmap = add_row("vmm: unmap 1 chunk", chunk);
+    const PhysicalHandle one[] = {handle};
+    for (int i = 0; i < repetitions; ++i) {
+      auto t = Clock::now();
+      check(vmm.map_pages(va, chunk, one), "map_pages chunk");
+      map.us.push_back(micros_since(t));
+      t = Clock::now();
+      check(vmm.unmap_pages(va, chunk, 1), "unmap_pages chunk");
+      unmap.us.push_back(micros_since(t));
+    }
+    check(vmm.free_address_range(va, chunk), "free_address_range");
+    check(vmm.release_physical(handle), "release_physical");
+  }
+
+  cudaStream_t busy = nullptr;
+  (void)cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking);
+  const std::size_t chunk = 8 * page;
+  constexpr int kPairs = 20;
+  std::vector<PhysicalHandle> handles(kPairs);
+  for (auto& h : handles) check(vmm.create_physical(chunk, &h), "create_physical");
+  DevicePtr va = 0;
+  check(vmm.reserve_address_range(kPairs * chunk, &va), "reserve_address_range");
+  Row& idle = add_row("vmm: 20 x (map + unmap 1 chunk), GPU idle", chunk);
+  Row& busy_row = add_row("vmm: 20 x (map + unmap 1 chunk), GPU busy 200 ms", chunk,
+                          "median far below 200000 us: the calls do not wait for the GPU");
+  Row& still = add_row("vmm: GPU still busy after those calls (1 = yes)", chunk,
+                       "cudaStreamQuery == cudaErrorNotReady right after the 20 pairs");
+  for (int i = 0; i < repetitions; ++i) {
+    for (int gpu_busy = 0; gpu_busy < 2; ++gpu_busy) {
+      if (gpu_busy) check(gpu_test::spin(200'000'000, reinterpret_cast<std::uintptr_t>(busy)), "spin");
+      const auto t = Clock::now();
+      for (int k = 0; k < kPairs; ++k) {
+        const PhysicalHandle one[] = {handles[k]};
+        check(vmm.map_pages(va + k * chunk, chunk, one), "map_pages");
+      }
+      for (int k = 0; k < kPairs; ++k) check(vmm.unmap_pages(va + k * chunk, chunk, 1), "unmap");
+      (gpu_busy ? busy_row : idle).us.push_back(micros_since(t));
+      if (gpu_busy) {
+        still.us.push_back(cudaStreamQuery(busy) == cudaErrorNotReady ? 1.0 : 0.0);
+        (void)cudaStreamSynchronize(busy);
+      }
+    }
+  }
+  check(vmm.free_address_range(va, kPairs * chunk), "free_address_range");
+  for (auto h : handles) check(vmm.release_physical(h), "release_physical");
+  (void)cudaStreamDestroy(busy);
+}
+
 // --- One alloc + free pair, warm.
 void measure_pairs(const std::string& name, std::size_t bytes, int repetitions,
                    const std::function<Status(std::size_t)>& pair) {
@@ -283,6 +345,7 @@ int run(int argc, char** argv) {
   measure_growth(vmm, 8 * kGiB, quick ? 1 : 3);
   for (std::size_t bytes : {2 * kMiB, 64 * kMiB, 256 * kMiB}) measure_vmm_steps(vmm, bytes, reps);
   measure_page_runs(kDevice, 32, reps, batched_legal);
+  measure_chunks(vmm, quick ? 5 : 15);
 
   cudaStream_t stream = nullptr;
   (void)cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
