@@ -293,5 +293,11 @@ SleepResult CachingAllocator::wake(std::span<const TagId> tags) { return impl_->
 std::vector<TagId> CachingAllocator::sleeping_tags() const { return impl_->sleeping_tags(); }
 bool CachingAllocator::is_asleep(DevicePtr ptr) const { return impl_->is_asleep(ptr); }
 void CachingAllocator::release_sleep_host_memory() { impl_->release_sleep_host_memory(); }
+std::size_t CachingAllocator::prepare_offload(std::span<const TagId> tags) {
+  return impl_->prepare_offload(tags);
+}
+std::size_t CachingAllocator::kept_sleep_host_bytes() const {
+  return impl_->kept_sleep_host_bytes();
+}
 
 }  // namespace vramledger

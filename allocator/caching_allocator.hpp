@@ -165,6 +165,12 @@ class CachingAllocator {
   bool is_asleep(DevicePtr ptr) const;  // the block starting at ptr is asleep
   // Frees the host memory kept from earlier sleeps for the next one.
   void release_sleep_host_memory();
+  // Pins, now, host memory for offloading each of `tags` (its allocated bytes) and keeps it for
+  // the next sleep, so that sleep pays only for the copy: an engine calls it once at start-up,
+  // after loading its weights. Pinning runs outside the allocator's lock. Returns the bytes kept
+  // ready for these tags (buffers already kept count). kNotSupported without VMM.
+  std::size_t prepare_offload(std::span<const TagId> tags);
+  std::size_t kept_sleep_host_bytes() const;  // host memory kept for the next sleep
 
   // Forgets about a stream (e.g. destroyed): its cached blocks are returned to the backend;
   // blocks still allocated on it keep working until freed.

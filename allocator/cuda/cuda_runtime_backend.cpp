@@ -6,6 +6,7 @@
 
 #include "allocator/cuda/cuda_status.hpp"
 #include "allocator/cuda/device_guard.hpp"
+#include "allocator/cuda/pinned_host_memory.hpp"
 #include "allocator/cuda/vmm_properties.hpp"
 
 namespace vramledger {
@@ -108,14 +109,16 @@ Status CudaRuntimeBackend::synchronize_device() {
 Status CudaRuntimeBackend::allocate_host(std::size_t bytes, void** out) {
   const DeviceGuard guard(info_.device);
   if (!guard.status().is_ok()) return guard.status();
-  return runtime_status(cudaHostAlloc(out, bytes == 0 ? 1 : bytes, cudaHostAllocDefault),
-                        "cudaHostAlloc", "bytes=" + std::to_string(bytes));
+  PinMethod method = PinMethod::kHostAlloc;
+  try {
+    method = pin_method_from_environment();
+  } catch (const Error& error) {
+    return {error.code(), error.what()};
+  }
+  return allocate_pinned(bytes, method, out);
 }
 
-Status CudaRuntimeBackend::free_host(void* host) {
-  return runtime_status(cudaFreeHost(host), "cudaFreeHost",
-                        "host=" + describe_address(reinterpret_cast<std::uintptr_t>(host)));
-}
+Status CudaRuntimeBackend::free_host(void* host) { return free_pinned(host); }
 
 Status CudaRuntimeBackend::copy_to_host(void* host, DevicePtr device, std::size_t bytes) {
   const DeviceGuard guard(info_.device);

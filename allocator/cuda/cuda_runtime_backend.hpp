@@ -23,8 +23,8 @@ class CudaRuntimeBackend : public DeviceBackend {
   Status synchronize_event(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status synchronize_device() override;
-  // Sleep and wake (docs/sleep.md): pinned host memory (cudaHostAlloc) and copies queued on the
-  // legacy default stream (cudaMemcpyAsync), complete at synchronize_device().
+  // Sleep and wake (docs/sleep.md): pinned host memory (pinned_host_memory.hpp, two ways) and
+  // copies queued on the legacy default stream (cudaMemcpyAsync), complete at synchronize_device().
   Status allocate_host(std::size_t bytes, void** out) override;
   Status free_host(void* host) override;
   Status copy_to_host(void* host, DevicePtr device, std::size_t bytes) override;

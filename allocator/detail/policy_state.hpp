@@ -126,6 +126,8 @@ class CachingAllocator::Impl {
   std::vector<TagId> sleeping_tags() const;
   bool is_asleep(DevicePtr ptr) const;
   void release_sleep_host_memory();
+  std::size_t prepare_offload(std::span<const TagId> tags);
+  std::size_t kept_sleep_host_bytes() const;
   // detail/census.cpp
   AllocationInfo describe(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;

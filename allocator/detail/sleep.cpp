@@ -106,6 +106,85 @@ inline HostBuffer CachingAllocator::Impl::take_host_buffer(std::size_t bytes) {
   return buffer;
 }
 
+// Pins host memory for the next sleep now (an engine's start-up) instead of in that sleep:
+// pinning gigabytes costs seconds (pinned_host_memory.hpp). Each named tag gets a kept buffer
+// of its allocated bytes unless one already fits; pinning runs without the lock, so allocations
+// go on meanwhile. Returns the bytes of host memory kept for these tags.
+inline std::size_t CachingAllocator::Impl::prepare_offload(std::span<const TagId> tags) {
+  std::vector<std::size_t> missing;
+  std::size_t ready = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (!paged_) {
+      throw Error(ErrorCode::kNotSupported,
+                  "prepare_offload: sleep needs the paged heap over virtual memory (backend '" +
+                      backend_.info().name + "')");
+    }
+    std::map<TagId, std::size_t> bytes;
+    for (TagId tag : tags) {
+      if (tag == kUntagged) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "prepare_offload: untagged memory cannot sleep; nothing was pinned");
+      }
+      if (!sleeping_tags_.contains(tag)) bytes[tag] = 0;  // a sleeping tag holds its copy
+    }
+    for (const auto& heaps : streams_) {
+      for (int p = 0; p < 2; ++p) {
+        for (AddressRange* range : heaps->ranges[p]) {
+          for (Block* b = range->first; b != nullptr; b = b->next) {
+            const auto it = bytes.find(b->tag);
+            if (it != bytes.end() && b->state == BlockState::kAllocated) it->second += b->size;
+          }
+        }
+      }
+    }
+    // Largest need first, each matched with the smallest kept buffer that fits (as sleep takes
+    // them, take_host_buffer).
+    std::vector<std::size_t> needs;
+    for (const auto& [tag, size] : bytes) {
+      if (size != 0) needs.push_back(size);
+    }
+    std::sort(needs.rbegin(), needs.rend());
+    std::vector<bool> claimed(spare_host_.size(), false);
+    for (std::size_t need : needs) {
+      std::size_t best = spare_host_.size();
+      for (std::size_t i = 0; i < spare_host_.size(); ++i) {
+        if (claimed[i] || spare_host_[i].bytes < need) continue;
+        if (best == spare_host_.size() || spare_host_[i].bytes < spare_host_[best].bytes) best = i;
+      }
+      if (best == spare_host_.size()) {
+        missing.push_back(need);
+      } else {
+        claimed[best] = true;
+        ready += spare_host_[best].bytes;
+      }
+    }
+  }
+  std::vector<HostBuffer> pinned;
+  for (std::size_t bytes : missing) {
+    HostBuffer buffer;
+    const Status status = backend_.allocate_host(bytes, &buffer.data);
+    if (!status.is_ok()) {
+      for (const HostBuffer& done : pinned) (void)backend_.free_host(done.data);
+      throw_if_error(status, "prepare_offload: pinning " + format_bytes_exact(bytes) +
+                                 " of host memory (nothing was kept)");
+    }
+    buffer.bytes = bytes;
+    pinned.push_back(buffer);
+    ready += bytes;
+  }
+  std::lock_guard lock(mutex_);
+  spare_host_.insert(spare_host_.end(), pinned.begin(), pinned.end());
+  return ready;
+}
+
+inline std::size_t CachingAllocator::Impl::kept_sleep_host_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t bytes = 0;
+  for (const HostBuffer& buffer : spare_host_) bytes += buffer.bytes;
+  return bytes;
+}
+
 inline void CachingAllocator::Impl::release_sleep_host_memory() {
   std::lock_guard lock(mutex_);
   release_sleep_host_memory_locked();

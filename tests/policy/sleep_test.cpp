@@ -18,6 +18,7 @@
 #include "accounting/ledger.hpp"
 #include "accounting/memory_breakdown.hpp"
 #include "allocator/caching_allocator.hpp"
+#include "allocator/forwarding_backend.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 
 namespace vramledger {
@@ -493,6 +494,59 @@ TEST(SleepFrontCache, AFreeOfASleepingBlockIsRefusedWithFrontCachesOn) {
   allocator.wake(weights);
   allocator.deallocate(w);
   EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+}
+
+// Counts host allocations: prepare_offload pins, the sleep after it does not.
+class CountingHost final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  Status allocate_host(std::size_t bytes, void** out) override {
+    ++allocations;
+    return ForwardingBackend::allocate_host(bytes, out);
+  }
+  int allocations = 0;
+};
+
+TEST(SleepPrepare, HostMemoryPinnedAtStartUpServesTheFirstSleep) {
+  SimulatedDevice device;
+  CountingHost host(device);
+  Ledger ledger;
+  CachingAllocator allocator(host, &ledger);
+  const DevicePtr w = allocator.allocate(3 * kMiB, 0, kWeights);
+  const DevicePtr kv = allocator.allocate(5 * kMiB, 0, kKv);
+  std::vector<std::uint8_t> pattern(3 * kMiB);
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::uint8_t>(i * 13);
+  ASSERT_TRUE(device.write_bytes(w, pattern.data(), pattern.size()).is_ok());
+
+  const std::vector<TagId> weights = {kWeights};
+  const std::vector<TagId> both = {kWeights, kKv};
+  EXPECT_EQ(allocator.prepare_offload(weights), 3 * kMiB);
+  EXPECT_EQ(host.allocations, 1);
+  EXPECT_EQ(allocator.prepare_offload(weights), 3 * kMiB) << "a kept buffer that fits counts";
+  EXPECT_EQ(host.allocations, 1) << "and is not pinned twice";
+  EXPECT_EQ(allocator.kept_sleep_host_bytes(), 3 * kMiB);
+
+  EXPECT_EQ(allocator.sleep(both, weights).offloaded_bytes, 3 * kMiB);
+  EXPECT_EQ(host.allocations, 1) << "the first sleep used the prepared buffer";
+  EXPECT_EQ(allocator.kept_sleep_host_bytes(), 0u) << "it holds the weights now";
+  EXPECT_EQ(allocator.prepare_offload(weights), 0u) << "a sleeping tag already has its copy";
+  EXPECT_EQ(host.allocations, 1);
+  allocator.wake();
+  std::vector<std::uint8_t> back(pattern.size());
+  ASSERT_TRUE(device.read_bytes(w, back.data(), back.size()).is_ok());
+  EXPECT_EQ(back, pattern);
+  EXPECT_EQ(allocator.kept_sleep_host_bytes(), 3 * kMiB) << "kept for the next sleep";
+  EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+
+  const std::vector<TagId> untagged = {kUntagged};
+  try {
+    allocator.prepare_offload(untagged);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+  }
+  allocator.deallocate(w);
+  allocator.deallocate(kv);
 }
 
 TEST(SleepSegmentHeap, IsNotSupportedWithoutVirtualMemory) {
