@@ -134,6 +134,11 @@ typedef struct vramledger_sleep_result {
 VRAMLEDGER_API int vramledger_sleep(int device, const char* tags, const char* offload,
                                     vramledger_sleep_result* out);
 VRAMLEDGER_API int vramledger_wake(int device, const char* tags, vramledger_sleep_result* out);
+/* Pins host memory now for the next vramledger_sleep's offload of `tags` (each tag's allocated
+ * bytes) and keeps it, so that sleep pays only for the copy: call once at start-up, after the
+ * weights are loaded (pinning 8 GiB takes seconds). Returns 0 and sets *kept_bytes (if not NULL)
+ * to the host bytes ready for these tags; -1 with vramledger_last_error() otherwise. */
+VRAMLEDGER_API int vramledger_prepare_offload(int device, const char* tags, uint64_t* kept_bytes);
 /* The sleeping tags of `device`, comma-separated (snprintf-style result). */
 VRAMLEDGER_API size_t vramledger_sleeping_tags(int device, char* buffer, size_t capacity);
 

@@ -277,6 +277,16 @@ int vramledger_wake(int device, const char* tags, vramledger_sleep_result* out) 
   }
 }
 
+int vramledger_prepare_offload(int device, const char* tags, uint64_t* kept_bytes) {
+  try {
+    const std::size_t bytes = vramledger::torch_plugin::prepare_offload_by_name(device, tags);
+    if (kept_bytes != nullptr) *kept_bytes = bytes;
+    return 0;
+  } catch (const std::exception& error) {
+    return fail(error);
+  }
+}
+
 size_t vramledger_sleeping_tags(int device, char* buffer, size_t capacity) {
   return copy_out(vramledger::torch_plugin::sleeping_tag_names(device), buffer, capacity);
 }

@@ -97,6 +97,12 @@ SleepResult wake_by_name(int device, const char* tags) {
   return result;
 }
 
+std::size_t prepare_offload_by_name(int device, const char* tags) {
+  DeviceAllocators& state = device_for_sleep(device, "prepare_offload");
+  const std::vector<TagId> ids = tag_ids(tags, /*must_exist=*/true);
+  return state.default_pool().policy().prepare_offload(ids);
+}
+
 std::string sleeping_tag_names(int device) {
   std::string text;
   VramledgerAllocator* instance = VramledgerAllocator::instance();

@@ -15,5 +15,8 @@ namespace vramledger::torch_plugin {
 SleepResult sleep_by_name(int device, const char* tags, const char* offload);
 SleepResult wake_by_name(int device, const char* tags);  // null or "": every sleeping tag
 std::string sleeping_tag_names(int device);             // comma-separated
+// CachingAllocator::prepare_offload of the default pool: host memory pinned now for the next
+// sleep's offload of `tags`. Returns the bytes kept ready.
+std::size_t prepare_offload_by_name(int device, const char* tags);
 
 }  // namespace vramledger::torch_plugin

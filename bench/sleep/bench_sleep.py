@@ -10,17 +10,26 @@ Prints a Markdown table (and --json-out PATH: every figure) with the device, tor
     python bench/sleep/bench_sleep.py                     # 8 GiB weights + 16 GiB KV, 3 rounds
     python bench/sleep/bench_sleep.py --which vramledger  # only vramledger
 
-torch_memory_saver (0.0.10, `pip install torch_memory_saver==0.0.10`) is used when importable,
-in its torch hook mode by default (--tms-hook-mode preload: its LD_PRELOAD library); otherwise
-its row says it is missing. vramledger is found as `import vramledger` (PYTHONPATH=the staged
-package of tests/torch/run_on_gpu.sh --stage-only). The whole run keeps within --budget-s (120 s
-by default on an H200: each worker gets what is left).
+Variants (--which, comma-separated; all by default). The first sleep of a process pins the host
+memory it offloads to (seconds for 8 GiB) unless it was pinned at start-up; the column "host
+memory pinned" says where each row's pinning happened, so round 1 is not mistaken for the rest:
+
+    vramledger           pinned in round 1's sleep, cudaHostAlloc (VRAMLEDGER_SLEEP_PIN=host_alloc)
+    vramledger-register  pinned in round 1's sleep, huge pages faulted in parallel + cudaHostRegister
+    vramledger-prepared  pinned at start-up by vramledger.prepare_offload(["weights"]) (timed apart)
+    tms-torch            torch_memory_saver 0.0.10, hook_mode="torch" (a CUDAPluggableAllocator)
+    tms-preload          torch_memory_saver 0.0.10, hook_mode="preload": its worker starts with its
+                         LD_PRELOAD library, set by its own configure_subprocess()
+
+torch_memory_saver (`pip install torch_memory_saver==0.0.10`) is used when importable; otherwise
+its rows say it is missing. vramledger is found as `import vramledger` (PYTHONPATH=the staged
+package of tests/torch/run_on_gpu.sh --stage-only). The whole run keeps within --budget-s (180 s
+by default: each worker gets an equal share of what is left).
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -45,28 +54,45 @@ def tms_module():
     return saver, f"torch_memory_saver {version} importable"
 
 
+# Variant -> (allocator, environment for its worker, where its host memory is pinned).
+VARIANTS = {
+    "vramledger": ("vramledger", {"VRAMLEDGER_SLEEP_PIN": "host_alloc"},
+                   "round 1 sleep (cudaHostAlloc)"),
+    "vramledger-register": ("vramledger", {"VRAMLEDGER_SLEEP_PIN": "register"},
+                            "round 1 sleep (register)"),
+    "vramledger-prepared": ("vramledger", {"VRAMLEDGER_SLEEP_PIN": "host_alloc"},
+                            "start-up (prepare_offload)"),
+    "tms-torch": ("tms", {}, "its own (each pause)"),
+    "tms-preload": ("tms", {}, "its own (each pause)"),
+}
+
+
 def worker(args) -> dict:
     sys.path.insert(0, HERE)
     import contextlib
 
     import torch
 
-    result = {"allocator": args.worker, "rounds": []}
-    if args.worker == "vramledger":
+    allocator, _, pinned = VARIANTS[args.worker]
+    result = {"allocator": args.worker, "pinned": pinned, "rounds": []}
+    prepare = None
+    if allocator == "vramledger":
         import vramledger
 
         vramledger.install()
         regions = (lambda: vramledger.tag("weights"), lambda: vramledger.tag("kv_cache"))
         sleep = lambda: vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])  # noqa: E731
         wake = vramledger.wake
+        if args.worker == "vramledger-prepared":
+            prepare = lambda: vramledger.prepare_offload(["weights"])  # noqa: E731
     else:
         saver, why = tms_module()
         result["module"] = why
         if saver is None:
             result["error"] = why
             return result
-        if hasattr(saver, "hook_mode") and args.tms_hook_mode == "torch":
-            saver.hook_mode = "torch"
+        # Its hook_mode is a setter only (the getter raises), so hasattr() cannot test for it.
+        saver.hook_mode = "preload" if args.worker == "tms-preload" else "torch"
 
         def region(tag, backup):
             try:
@@ -85,6 +111,10 @@ def worker(args) -> dict:
     result.update(build_s=time.perf_counter() - start, layers=state["layers"],
                   basis=memory.basis, device=torch.cuda.get_device_name(device),
                   torch=torch.__version__)
+    if prepare is not None:
+        kept = {}
+        result["prepare_s"] = w.timed(lambda: kept.setdefault("bytes", prepare()))
+        result["prepared_bytes"] = kept["bytes"]
     for _ in range(args.rounds):
         if time.perf_counter() - start > args.worker_budget_s:
             result["stopped"] = "out of budget"
@@ -104,26 +134,28 @@ def worker(args) -> dict:
                            resident=reported.resident_bytes, offloaded=reported.offloaded_bytes)
         result["rounds"].append(figures)
         with contextlib.suppress(Exception):
-            if args.worker == "vramledger":
+            if allocator == "vramledger":
                 result["report_consistent"] = "inconsistent" not in vramledger.report()
     return result
 
 
 def run_worker(name: str, args, budget_s: float) -> dict:
+    if name not in VARIANTS:
+        return {"allocator": name, "error": f"unknown variant (one of {', '.join(VARIANTS)})"}
     command = [sys.executable, os.path.abspath(__file__), "--worker", name,
                "--weights-gib", str(args.weights_gib), "--kv-gib", str(args.kv_gib),
-               "--rounds", str(args.rounds), "--worker-budget-s", str(max(5.0, budget_s - 20)),
-               "--tms-hook-mode", args.tms_hook_mode]
+               "--rounds", str(args.rounds), "--worker-budget-s", str(max(5.0, budget_s - 10))]
     env = dict(os.environ)
-    if name == "tms" and args.tms_hook_mode == "preload":
-        saver, _ = tms_module()
-        if saver is not None:
-            import torch_memory_saver as package
-            folder = os.path.dirname(package.__file__)
-            libraries = [path for where in (folder, os.path.dirname(folder)) for path in
-                         glob.glob(os.path.join(where, "*hook_mode_preload*.so"))]
-            if libraries:
-                env["LD_PRELOAD"] = os.path.abspath(libraries[0])
+    env.update(VARIANTS[name][1])
+    if name == "tms-preload":
+        saver, why = tms_module()
+        if saver is None:
+            return {"allocator": name, "error": why}
+        # Its own utility names the library built for this torch's CUDA (…_cu13.abi3.so).
+        from torch_memory_saver import configure_subprocess
+
+        with configure_subprocess():
+            env["LD_PRELOAD"] = os.environ["LD_PRELOAD"]
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True,
                               timeout=max(10.0, budget_s))
@@ -136,16 +168,22 @@ def run_worker(name: str, args, budget_s: float) -> dict:
 
 
 def table(results) -> str:
-    lines = ["| allocator | round | released (NVML) | sleep | wake | weights intact | graph identical | kv usable |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| allocator | round | released (NVML) | sleep | wake | weights intact | graph identical "
+             "| kv usable | host memory pinned |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for result in results:
         if "error" in result:
-            lines.append(f"| {result['allocator']} | - | {result['error']} | | | | | |")
+            lines.append(f"| {result['allocator']} | - | {result['error']} | | | | | | |")
             continue
+        pinned = result.get("pinned", "")
+        if "prepare_s" in result:
+            pinned += f": {result['prepare_s']:.3f} s for {result['prepared_bytes'] / GIB:.2f} GiB"
         for i, r in enumerate(result["rounds"]):
+            where = pinned if i == 0 else "kept, none pinned" if "vramledger" in result[
+                "allocator"] else pinned
             lines.append(f"| {result['allocator']} | {i + 1} | {r['released'] / GIB:.2f} GiB | "
                          f"{r['sleep_s']:.3f} s | {r['wake_s']:.3f} s | {r['weights_intact']} | "
-                         f"{r['graph_identical']} | {r['kv_usable']} |")
+                         f"{r['graph_identical']} | {r['kv_usable']} | {where} |")
     return "\n".join(lines)
 
 
@@ -154,10 +192,9 @@ def main() -> int:
     parser.add_argument("--weights-gib", type=float, default=8.0)
     parser.add_argument("--kv-gib", type=float, default=16.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--which", default="vramledger,tms")
-    parser.add_argument("--budget-s", type=float, default=120.0)
+    parser.add_argument("--which", default=",".join(VARIANTS))
+    parser.add_argument("--budget-s", type=float, default=180.0)
     parser.add_argument("--json-out")
-    parser.add_argument("--tms-hook-mode", choices=("torch", "preload"), default="torch")
     parser.add_argument("--check-tms-only", action="store_true",
                         help="only say whether torch_memory_saver is importable")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -191,7 +228,7 @@ def main() -> int:
     if args.json_out:
         with open(args.json_out, "w") as out:
             json.dump({"commit": commit, "args": vars(args), "results": results}, out, indent=1)
-    failed = [r for r in results if r["allocator"] == "vramledger" and
+    failed = [r for r in results if r["allocator"].startswith("vramledger") and
               ("error" in r or not all(x["weights_intact"] and x["graph_identical"]
                                        for x in r["rounds"]))]
     return 1 if failed else 0

@@ -80,6 +80,7 @@ __all__ = [
     "sleep",
     "wake",
     "sleeping_tags",
+    "prepare_offload",
     "SleepResult",
     "WakeOutOfMemoryError",
 ]
@@ -250,6 +251,14 @@ def sleeping_tags(device: Any = None) -> list:
     from . import sleep_wake as _sleep
 
     return _sleep.sleeping_tags(device)
+
+
+def prepare_offload(tags: Any, device: Any = None) -> int:
+    """Pins host memory now for the next sleep's offload of `tags` (call once at start-up, after
+    loading the weights), so that sleep pays only for the copy. Returns the bytes kept ready."""
+    from . import sleep_wake as _sleep
+
+    return _sleep.prepare_offload(tags, device)
 
 
 def __getattr__(name: str) -> Any:

@@ -62,6 +62,9 @@ def _library() -> ctypes.CDLL:
         lib.vramledger_wake.argtypes = [ctypes.c_int, ctypes.c_char_p,
                                         ctypes.POINTER(_SleepResult)]
         lib.vramledger_wake.restype = ctypes.c_int
+        lib.vramledger_prepare_offload.argtypes = [ctypes.c_int, ctypes.c_char_p,
+                                                   ctypes.POINTER(ctypes.c_uint64)]
+        lib.vramledger_prepare_offload.restype = ctypes.c_int
         lib.vramledger_sleeping_tags.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         lib.vramledger_sleeping_tags.restype = ctypes.c_size_t
         lib.vramledger_last_error.restype = ctypes.c_char_p
@@ -120,6 +123,23 @@ def wake(tags: Optional[Iterable[str]] = None, device: Any = None) -> SleepResul
     code = _library().vramledger_wake(_device_index(device), _names(tags, "wake"),
                                       ctypes.byref(out))
     return _result(code, out)
+
+
+def prepare_offload(tags: Iterable[str], device: Any = None) -> int:
+    """Pins host memory now for offloading `tags` at the next sleep (each tag's allocated bytes)
+    and keeps it, so that sleep pays only for the copy; pinning 8 GiB takes seconds. Call once at
+    start-up, after loading the weights: `vramledger.prepare_offload(["weights"])`. Returns the
+    bytes of host memory kept ready for these tags. VRAMLEDGER_SLEEP_PIN=register pins through
+    huge pages faulted in parallel and cudaHostRegister instead of cudaHostAlloc."""
+    from . import _device_index
+
+    kept = ctypes.c_uint64()
+    code = _library().vramledger_prepare_offload(_device_index(device),
+                                                 _names(tags, "prepare_offload"),
+                                                 ctypes.byref(kept))
+    if code != 0:
+        raise RuntimeError((_library().vramledger_last_error() or b"").decode("utf-8", "replace"))
+    return int(kept.value)
 
 
 def sleeping_tags(device: Any = None) -> list:

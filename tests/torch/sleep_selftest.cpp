@@ -94,5 +94,25 @@ TEST(SleepCApi, RefusedWhileACaptureRoutesToAPrivatePool) {
   plugin().free_block(weights);
 }
 
+TEST(SleepCApi, PrepareOffloadPinsAheadForTheNamedTags) {
+  void* weights = alloc_tagged("prepare_weights", 24 * kMiB);
+  CachingAllocator& policy = plugin().device_state(0).default_pool().policy();
+  policy.release_sleep_host_memory();  // what earlier cases kept
+  std::uint64_t kept = 0;
+  EXPECT_EQ(vramledger_prepare_offload(0, "no_such_tag", &kept), -1);
+  EXPECT_NE(std::string(vramledger_last_error()).find("unknown tag"), std::string::npos);
+  ASSERT_EQ(vramledger_prepare_offload(0, "prepare_weights", &kept), 0) << vramledger_last_error();
+  EXPECT_EQ(kept, 24 * kMiB);
+  EXPECT_EQ(policy.kept_sleep_host_bytes(), 24 * kMiB);
+  vramledger_sleep_result result{};
+  ASSERT_EQ(vramledger_sleep(0, "prepare_weights", "prepare_weights", &result), 0);
+  EXPECT_EQ(result.offloaded_bytes, 24 * kMiB);
+  EXPECT_EQ(policy.kept_sleep_host_bytes(), 0u) << "the sleep took the prepared buffer";
+  ASSERT_EQ(vramledger_wake(0, "prepare_weights", &result), 0);
+  EXPECT_EQ(policy.kept_sleep_host_bytes(), 24 * kMiB);
+  plugin().free_block(weights);
+  policy.release_sleep_host_memory();
+}
+
 }  // namespace
 }  // namespace vramledger::torch_plugin

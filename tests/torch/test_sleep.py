@@ -24,8 +24,8 @@ import sleep_workload as w
 """
 
 
-def run(code, timeout=180):
-    result = run_python(PRELUDE + textwrap.dedent(code), timeout=timeout)
+def run(code, timeout=180, env=None):
+    result = run_python(PRELUDE + textwrap.dedent(code), timeout=timeout, env_extra=env)
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -138,6 +138,46 @@ def test_wake_on_a_full_device_fails_cleanly_and_works_later():
     assert "Nothing is lost" in out["message"], out["message"]
     assert sorted(out["still"]) == ["kv_cache", "weights"]
     assert out["weights_intact"] and out["graph_identical"] and out["kv_usable"], out
+
+
+@needs_gpu
+@pytest.mark.parametrize("pin", ["host_alloc", "register"])
+def test_host_memory_prepared_at_start_up_serves_the_first_sleep(pin):
+    out = run("""
+    import time
+    state = w.build(1 * w.GIB, 1 * w.GIB, lambda: vramledger.tag("weights"),
+                    lambda: vramledger.tag("kv_cache"))
+    start = time.perf_counter()
+    kept = vramledger.prepare_offload(["weights"])
+    prepare_s = time.perf_counter() - start
+    again = vramledger.prepare_offload(["weights"])
+    slept = vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])
+    vramledger.wake()
+    checks = w.check_after_wake(state)
+    bad = ""
+    try:
+        vramledger.prepare_offload(["no_such_tag"])
+    except RuntimeError as error:
+        bad = str(error)
+    print(json.dumps(dict(checks, kept=kept, again=again, offloaded=slept.offloaded_bytes,
+                          prepare_s=prepare_s, bad=bad)))
+    """, env={"VRAMLEDGER_SLEEP_PIN": pin})
+    assert out["kept"] == out["offloaded"] and out["kept"] >= 1 << 30, out
+    assert out["again"] == out["kept"], "a kept buffer is not pinned twice"
+    assert out["weights_intact"] and out["graph_identical"] and out["kv_usable"], out
+    assert "unknown tag" in out["bad"], out
+    print(f"pin={pin}: {out['kept'] / (1 << 30):.2f} GiB pinned in {out['prepare_s']:.3f} s")
+
+
+def test_bench_names_its_variants_for_an_unknown_one():
+    # CPU-side: the comparison harness names its variants (pinning ways, tms hook modes).
+    result = run_python(f"""
+import runpy, sys
+sys.argv = ["bench_sleep.py", "--which", "no_such_variant", "--budget-s", "30"]
+runpy.run_path({os.path.join(REPO, "bench", "sleep", "bench_sleep.py")!r}, run_name="__main__")
+""", timeout=60)
+    text = result.stdout + result.stderr
+    assert "unknown variant" in text and "vramledger-register" in text, text
 
 
 def test_bench_script_says_when_torch_memory_saver_is_missing():
