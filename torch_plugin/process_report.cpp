@@ -11,6 +11,7 @@
 #include "accounting/classification/probe_process_memory_source.hpp"
 #include "allocator/cuda/nvml_process_memory.hpp"
 #include "allocator/text_format.hpp"
+#include "torch_plugin/cuda_ipc.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/json_writer.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
@@ -163,6 +164,9 @@ ProcessReport gather_process_report(int device, DeviceAllocators* state,
     memory = sample_process_memory(device, state, &report.process_memory_source, &report.notes);
   }
   report.classification = classify_process(views, lines, memory);
+  const ImportedFigures imported = imported_memory().figures(device);
+  report.imported_bytes = imported.bytes.current;
+  report.imported_mappings = imported.mappings.current;
   return report;
 }
 
@@ -196,6 +200,10 @@ std::string process_report_text(const ProcessReport& report) {
     append_line(out, "  ", "other processes (not in the sum)", *c.other_processes);
   } else {
     out += "  other processes (not in the sum): unknown (no per-process figure)\n";
+  }
+  if (report.imported_mappings != 0) {
+    append_line(out, "  ", "imported from other processes, CUDA IPC (not in the sum)",
+                report.imported_bytes);
   }
   append_line(out, "  ", "device used (not in the sum)", c.device_used);
   append_line(out, "  ", "device total", c.device_total);
@@ -267,6 +275,11 @@ std::string process_report_json(const ProcessReport& report) {
       root.number("other_processes_bytes", *c.other_processes);
     } else {
       root.null("other_processes_bytes");
+    }
+    {
+      JsonWriter imported(root.key("imported"));  // CUDA IPC, docs/ipc.md: not in the sum
+      imported.number("bytes", report.imported_bytes);
+      imported.number("mappings", report.imported_mappings);
     }
     root.number("device_used_bytes", c.device_used);
     root.number("device_total_bytes", c.device_total);

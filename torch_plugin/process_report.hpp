@@ -29,6 +29,9 @@ struct ProcessReport {
   ProcessClassification classification;
   std::string process_memory_source;  // "nvml", "backend_memory_info", "caller" or "none"
   std::string non_torch_source;       // "preload" or "none"
+  // Memory mapped from other processes (CUDA IPC, docs/ipc.md): a line apart, never in the sum.
+  std::int64_t imported_bytes = 0;
+  std::int64_t imported_mappings = 0;
   // Context that is not a problem of the figures themselves (where a figure came from, what a
   // source could not do); never part of the sum.
   std::vector<std::string> notes;

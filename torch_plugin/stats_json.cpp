@@ -5,6 +5,7 @@
 
 #include "accounting/fragmentation.hpp"
 #include "accounting/tag_registry.hpp"
+#include "torch_plugin/cuda_ipc.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/json_writer.hpp"
 
@@ -85,6 +86,13 @@ void write_counters(JsonWriter& object, const LedgerCounters& counters,
   }
 }
 
+// Memory mapped from other processes (CUDA IPC, docs/ipc.md): not owned, in no counter above.
+void write_imported(JsonWriter& object, int device) {
+  const ImportedFigures imported = imported_memory().figures(device);
+  write_stat(object, "imported_bytes", imported.bytes);
+  write_stat(object, "imported_mappings", imported.mappings);
+}
+
 }  // namespace
 
 std::string stats_json(const DeviceAllocators& device) {
@@ -99,6 +107,7 @@ std::string stats_json(const DeviceAllocators& device) {
     object.number("cap_bytes", static_cast<std::int64_t>(device.cap()));
     object.number("total_bytes", static_cast<std::int64_t>(device.backend_info().total_bytes));
     write_counters(object, counters, tags);
+    write_imported(object, device.device());
   }
   return out;
 }
@@ -113,6 +122,7 @@ std::string empty_stats_json(int device) {
     object.number("cap_bytes", 0);
     object.number("total_bytes", 0);
     write_counters(object, LedgerCounters{}, {});
+    write_imported(object, device);  // a process may import on a device it never allocated on
   }
   return out;
 }

@@ -13,6 +13,7 @@
 
 #include "accounting/tag_registry.hpp"
 #include "allocator/errors.hpp"
+#include "torch_plugin/cuda_ipc.hpp"
 #include "torch_plugin/device_stats.hpp"
 #include "torch_plugin/oom_message.hpp"
 #include "torch_plugin/pool_checkpoint.hpp"
@@ -508,6 +509,7 @@ std::int64_t VramledgerAllocator::oom_rejections(c10::DeviceIndex device) const 
 
 void VramledgerAllocator::resetPeakStats(c10::DeviceIndex device) {
   if (DeviceAllocators* state = device_if_created(device)) state->reset_peaks();
+  imported_memory().reset_peaks(device);  // cuda_ipc.hpp
 }
 
 double VramledgerAllocator::getMemoryFraction(c10::DeviceIndex device) {
@@ -786,20 +788,7 @@ c10_alloc::CheckpointDelta VramledgerAllocator::setCheckpointPoolState(
 }
 
 // ------------------------------------------------------------------------------ IPC
-
-c10_alloc::ShareableHandle VramledgerAllocator::shareIpcHandle(void* /*ptr*/) {
-  TORCH_CHECK(false,
-              "vramledger does not support sharing CUDA tensors between processes (CUDA IPC, "
-              "torch.multiprocessing with CUDA tensors). Send tensors through the CPU, or run "
-              "this program with PyTorch's native allocator.");
-}
-
-std::shared_ptr<void> VramledgerAllocator::getIpcDevPtr(std::string /*handle*/) {
-  TORCH_CHECK(false,
-              "vramledger does not support receiving CUDA tensors from another process (CUDA "
-              "IPC). Send tensors through the CPU, or run this program with PyTorch's native "
-              "allocator.");
-}
+// shareIpcHandle and getIpcDevPtr: cuda_ipc.cpp (docs/ipc.md).
 
 // ------------------------------------------------------------------------------ history
 

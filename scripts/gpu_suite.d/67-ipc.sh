@@ -1,0 +1,23 @@
+# CUDA IPC between two processes (docs/ipc.md): tests/torch/test_ipc.py on the vramledger package
+# 20-torch-plugin.sh staged — producer/consumer bit-exact both ways, consumer or producer exiting
+# first, the producer killed, VMM MemPool tensors, refusals, handles to and from torch's native
+# allocator. About 10 s per case; within 180 s. Log: $LOGS/ipc/pytest.log; one summary line.
+ipc_logs="$LOGS/ipc"
+ipc_stage="$REPO/build-torch-gpu-stage"
+ipc_python=${PYTHON:-python3}
+mkdir -p "$ipc_logs"
+ipc_budget=$(( $(remaining) - 10 ))
+(( ipc_budget > 180 )) && ipc_budget=180
+if [[ ! -f "$ipc_stage/vramledger/libvramledger_torch.so" ]]; then
+  add_summary "ipc: NOT RUN (no vramledger package in $ipc_stage; 20-torch-plugin.sh stages it)"
+  FAILURES=$((FAILURES + 1))
+elif (( ipc_budget < 60 )); then
+  add_summary "ipc: NOT RUN (only ${ipc_budget}s of the suite's budget left)"
+else
+  run_step ipc_pytest "$ipc_budget" "$ipc_logs/pytest.log" \
+    env PYTHONPATH="$ipc_stage${PYTHONPATH:+:$PYTHONPATH}" "$ipc_python" -m pytest \
+    -p no:cacheprovider -v -rs -s tests/torch/test_ipc.py
+  ipc_status=$?
+  add_summary "ipc (exit $ipc_status): $(grep -Eo '[0-9]+ passed|[0-9]+ failed|[0-9]+ skipped' "$ipc_logs/pytest.log" | tr '\n' ' ')"
+  (( ipc_status != 0 )) && FAILURES=$((FAILURES + 1))
+fi

@@ -1,0 +1,16 @@
+// CUDA IPC in the torch plugin (docs/ipc.md): VramledgerAllocator::shareIpcHandle exports the
+// cudaMalloc allocation under a block, getIpcDevPtr maps one another process exported; both are
+// defined in cuda_ipc.cpp. The exporter's block stays allocated until every importer released it:
+// torch itself keeps the storage's original DataPtr (ours) in its CudaIPCSentData, and in its limbo
+// after the producer dropped the tensor, until the shared reference counter falls to zero.
+#pragma once
+
+#include "torch_plugin/ipc_imports.hpp"
+
+namespace vramledger::torch_plugin {
+
+// The process's imports, never destroyed (tensors may be freed during static destruction).
+// Over the simulated driver when vramledger is configured with backend:simulated.
+ImportedMemory& imported_memory();
+
+}  // namespace vramledger::torch_plugin
