@@ -139,6 +139,11 @@ VRAMLEDGER_API int vramledger_wake(int device, const char* tags, vramledger_slee
  * weights are loaded (pinning 8 GiB takes seconds). Returns 0 and sets *kept_bytes (if not NULL)
  * to the host bytes ready for these tags; -1 with vramledger_last_error() otherwise. */
 VRAMLEDGER_API int vramledger_prepare_offload(int device, const char* tags, uint64_t* kept_bytes);
+/* Every private memory pool of `device` (CUDA graph pools, torch.cuda.MemPool) as a JSON array:
+ * id, use_count, segments, blocks, reserved_bytes, live_bytes, requested_bytes, cached_bytes,
+ * largest_free_bytes, fragmentation_bytes, recounted from the pool's blocks (exact;
+ * docs/graphs.md defines each). "[]" for a device vramledger never used. snprintf-style. */
+VRAMLEDGER_API size_t vramledger_graph_pools(int device, char* buffer, size_t capacity);
 /* The sleeping tags of `device`, comma-separated (snprintf-style result). */
 VRAMLEDGER_API size_t vramledger_sleeping_tags(int device, char* buffer, size_t capacity);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "accounting/tag_registry.hpp"
+#include "torch_plugin/graph_pools.hpp"
 #include "torch_plugin/install.hpp"
 #include "torch_plugin/oom_note.hpp"
 #include "torch_plugin/process_report.hpp"
@@ -284,6 +285,22 @@ int vramledger_prepare_offload(int device, const char* tags, uint64_t* kept_byte
     return 0;
   } catch (const std::exception& error) {
     return fail(error);
+  }
+}
+
+// Per private pool (CUDA graphs, MemPool): torch_plugin/graph_pools.hpp, docs/graphs.md.
+size_t vramledger_graph_pools(int device, char* buffer, size_t capacity) {
+  try {
+    VramledgerAllocator* instance = VramledgerAllocator::instance();
+    DeviceAllocators* state =
+        instance != nullptr && device >= 0 && device < VramledgerAllocator::kMaxDevices
+            ? instance->device_if_created(static_cast<c10::DeviceIndex>(device))
+            : nullptr;
+    return copy_out(state ? vramledger::torch_plugin::graph_pools_json(*state) : "[]", buffer,
+                    capacity);
+  } catch (const std::exception& error) {
+    fail(error);
+    return copy_out("", buffer, capacity);
   }
 }
 
