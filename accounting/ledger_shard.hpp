@@ -64,9 +64,17 @@ class LedgerShard final : public ObserverShard {
     UsageStats* usage = nullptr;
   };
   using Cell = std::array<ShardStat, kAmountKinds>;
+  // A fast event as the trace needs it: an untagged kAlloc or kFree without split changes, so
+  // only these fields (48 bytes; the whole event and its time were 72 and were copied with wide
+  // loads that stalled on the stores that had just built the event).
   struct StagedRecord {
-    AllocatorEvent event{EventKind::kAlloc};
-    std::uint64_t ticks = 0;
+    DevicePtr address;
+    std::size_t size;
+    std::size_t requested;
+    StreamHandle stream;
+    std::uint64_t ticks;
+    EventKind kind;
+    PoolKind pool;
   };
 
  private:
@@ -84,7 +92,7 @@ class LedgerShard final : public ObserverShard {
   std::array<StreamShare, kStreams> streams_{};
   std::size_t streams_used_ = 0;
   std::size_t next_victim_ = 0;  // the stream share given up for a fifth stream (round robin)
-  std::array<StagedRecord, kStaged> staged_{};
+  std::array<StagedRecord, kStaged> staged_;  // the first staged_count_ are set
   std::size_t staged_count_ = 0;
 };
 

@@ -45,29 +45,41 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   const std::size_t share = share_of(event.stream);
   if (share == kStreams) [[unlikely]] return false;
   Cell& cell = cells_[static_cast<std::size_t>(event.pool) & 1][share];
-  const auto amounts = amounts_of(event);
+  // Scalar on purpose: vectorised, the cell's loads waited on the stores just made (perf).
+  const auto size = static_cast<std::int64_t>(event.size);
+  const auto requested = static_cast<std::int64_t>(event.requested);
   if (event.kind == EventKind::kAlloc) {
-    if (cell[0].credit < amounts[0] || cell[1].credit < amounts[1] ||
-        cell[2].credit < amounts[2]) {
+    if (cell[0].credit < 1 || cell[1].credit < size || cell[2].credit < requested) {
       return false;  // nothing changed
     }
-    for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      cell[k].credit -= amounts[k];
-      cell[k].delta += amounts[k];
-      cell[k].increases += amounts[k];
-    }
+    cell[0].credit -= 1;
+    cell[0].delta += 1;
+    cell[0].increases += 1;
+    cell[1].credit -= size;
+    cell[1].delta += size;
+    cell[1].increases += size;
+    cell[2].credit -= requested;
+    cell[2].delta += requested;
+    cell[2].increases += requested;
   } else if (event.kind == EventKind::kFree) {
     // A decrease is always allowed, and becomes credit: the sums went down by as much.
-    for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      cell[k].credit += amounts[k];
-      cell[k].delta -= amounts[k];
-    }
+    cell[0].credit += 1;
+    cell[0].delta -= 1;
+    cell[1].credit += size;
+    cell[1].delta -= size;
+    cell[2].credit += requested;
+    cell[2].delta -= requested;
   } else {
     return false;
   }
   StagedRecord& record = staged_[staged_count_++];
-  record.event = event;
+  record.address = event.address;
+  record.size = event.size;
+  record.requested = event.requested;
+  record.stream = event.stream;
   record.ticks = read_clock(ledger_.options_.clock);
+  record.kind = event.kind;
+  record.pool = event.pool;
   return true;
 }
 
@@ -244,7 +256,15 @@ void Ledger::fold_locked() noexcept {
 
 void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
   for (std::size_t i = 0; i < shard.staged_count_; ++i) {
-    trace_.append(shard.staged_[i].event, shard.staged_[i].ticks);
+    const LedgerShard::StagedRecord& record = shard.staged_[i];
+    AllocatorEvent event{record.kind};
+    event.pool = record.pool;
+    event.tag = kUntagged;
+    event.stream = record.stream;
+    event.address = record.address;
+    event.size = record.size;
+    event.requested = record.requested;
+    trace_.append(event, record.ticks);
     ++counters_.events;
   }
   shard.staged_count_ = 0;
@@ -289,11 +309,43 @@ void Ledger::publish_shard(LedgerShard& shard) noexcept {
 // current + outstanding is the true sum plus the credit held, so this bounds the sum after the
 // raise (the ledger's own figure alone may be above it: shards may hold frees).
 bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
+  // The twenty comparisons of for_each_fast_slot, spelled out: every heap allocation runs this
+  // while shards are open, and the generic slots (a switch per counter) made it a fifth of a
+  // mixed-size pair's cost (perf, simulated device).
   if (event.requested > event.size) return false;  // malformed: the usual path reports it
+  const auto amounts = amounts_of(event);
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  const PoolCounters& pool = counters_.pools[1 + p];
+  const PoolCounters& small = counters_.pools[stat_pool_index(PoolKind::kSmall)];
+  const PoolCounters& large = counters_.pools[stat_pool_index(PoolKind::kLarge)];
+  const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
+  const bool reserved_at_peak =
+      small.reserved_bytes.current + large.reserved_bytes.current == all.reserved_bytes.peak;
   bool fits = true;
-  for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
-    fits &= current_of(slot) + amount + outstanding_of(slot) <= ceiling_of(slot);
-  });
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    const std::int64_t amount = amounts[kPoolKind[j]];
+    const Stat& own = pool.*kFastPool[j];
+    fits &= own.current + amount + outstanding_pool_[p][j] <= own.peak;
+    std::int64_t ceiling = (all.*kFastPool[j]).peak;
+    if (j == kActiveBytes && reserved_at_peak) {
+      ceiling = std::min(ceiling, counters_.active_bytes_at_peak_reserved);
+    }
+    fits &= (small.*kFastPool[j]).current + (large.*kFastPool[j]).current + amount +
+                outstanding_aggregate_[j] <=
+            ceiling;
+  }
+  const UsageStats& stream = streams_.usage_of(event.stream);
+  const auto& stream_outstanding = outstanding_stream_[streams_.index_of(stream)];
+  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
+  const UsageStats& tag = tags_[tag_slot(kUntagged)];
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    const std::int64_t amount = amounts[kUsageKind[j]];
+    const Stat& mine = stream.*kFastUsage[j];
+    fits &= mine.current + amount + stream_outstanding[j] <= mine.peak;
+    const Stat& untagged_stat = tag.*kFastUsage[j];
+    fits &= !untagged ||
+            untagged_stat.current + amount + outstanding_untagged_[j] <= untagged_stat.peak;
+  }
   return fits;
 }
 

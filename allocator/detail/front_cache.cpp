@@ -165,6 +165,7 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
       }
       // Past this shard's credit: the ledger's slow path. The block is this thread's already
       // (unparked), so nobody else can touch it meanwhile.
+      cache->note_slow_hit();
       mutex.unlock();
       shard->apply_slow(event);
       return event.address;
@@ -202,6 +203,12 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
         mutex.unlock();
         throw Error(ErrorCode::kDoubleFree, "pointer " + format_hex(ptr) + " was already freed");
       }
+      if (cache->shedding()) [[unlikely]] {
+        // The shard's hits cost more than they save (ThreadCache::note_slow_hit): the heap frees
+        // it below, as a block of another thread's cache. Only this thread can free it meanwhile.
+        mutex.unlock();
+        return front_free_by_heap(ptr);
+      }
       const AllocatorEvent event = front_event(EventKind::kFree, *front);
       ObserverShard* shard = cache->shard;
       if (shard != nullptr && !shard->try_apply(event)) [[unlikely]] {
@@ -238,11 +245,16 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
     }
     mutex.unlock();
   }
+  front_free_by_heap(ptr);
+}
+
+// A free the heap does: a block of no front cache, or of one that lets go of it first.
+inline void CachingAllocator::Impl::front_free_by_heap(DevicePtr ptr) {
   {
     std::lock_guard lock(mutex_);
     Block* block = live_.find(ptr);
     if (block != nullptr && block->state == BlockState::kAllocated && block->stream_uses.empty()) {
-      // Held by another thread's front cache: that cache lets go of it and the heap frees it.
+      // Held by a front cache (another thread's, or this one's while shedding): it lets go.
       if (block->front != nullptr) detach_front_block_locked(block, "free");
       // The heap's immediate free, as deallocate() does it (frees.cpp), under this one lock.
       live_.erase(ptr);

@@ -116,6 +116,7 @@ class CachingAllocator::Impl {
   DevicePtr front_allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                            std::size_t block_bytes);
   void front_deallocate(DevicePtr ptr);
+  void front_free_by_heap(DevicePtr ptr);
   bool front_owns(DevicePtr ptr, bool* owned) const;
   bool front_describe(DevicePtr ptr, AllocationInfo* info) const;
   void front_detach(DevicePtr ptr);
@@ -130,6 +131,7 @@ class CachingAllocator::Impl {
   std::size_t kept_sleep_host_bytes() const;
   // detail/census.cpp
   AllocationInfo describe(DevicePtr ptr) const;
+  std::vector<PhysicalPiece> physical_pieces(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
   BlockCensus census() const;
 
