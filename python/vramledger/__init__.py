@@ -81,6 +81,8 @@ __all__ = [
     "wake",
     "sleeping_tags",
     "prepare_offload",
+    "graph_pools",
+    "graph_memory_table",
     "SleepResult",
     "WakeOutOfMemoryError",
 ]
@@ -259,6 +261,24 @@ def prepare_offload(tags: Any, device: Any = None) -> int:
     from . import sleep_wake as _sleep
 
     return _sleep.prepare_offload(tags, device)
+
+
+def graph_pools(device: Any = None) -> list:
+    """Each private pool's (CUDA graph, MemPool) reserved / live / cached / fragmentation bytes,
+    exact. docs/graphs.md, vramledger.graph_memory."""
+    from . import graph_memory as _graphs
+
+    return _graphs.graph_pools(device)
+
+
+def graph_memory_table(capture_fn: Any, batch_sizes: Any, device: Any = None,
+                       shared: bool = True, warmup: int = 1) -> Any:
+    """Captures capture_fn(batch_size) for each size, measures the graphs' pools and gives them
+    back: `table.total_bytes` is what the captures will hold, known before sizing a KV cache.
+    docs/graphs.md."""
+    from . import graph_memory as _graphs
+
+    return _graphs.graph_memory_table(capture_fn, batch_sizes, device, shared, warmup)
 
 
 def __getattr__(name: str) -> Any:

@@ -81,12 +81,15 @@ class ProfileResult:
     board_cut_bytes: int = 0
     claimed_bytes: Optional[int] = None
     board: Optional[Dict[str, Any]] = None
+    # CUDA graphs to be captured after the KV cache is allocated (result(graph_bytes=...), e.g.
+    # vramledger.graph_memory_table(...).total_bytes): their own line, kept out of the KV cache.
+    graph_bytes: int = 0
 
     def accounted_bytes(self) -> int:
         """Equals budget_bytes by construction (the board's cut included)."""
         return (self.baseline_bytes + self.weights_bytes + self.other_torch_bytes
                 + self.non_torch_increase_bytes + self.peak_activation_bytes
-                + self.kv_cache_budget_bytes + self.board_cut_bytes)
+                + self.kv_cache_budget_bytes + self.board_cut_bytes + self.graph_bytes)
 
     def log_lines(self) -> List[str]:
         """vLLM's wording, as the C++ ProfileResult::log_lines prints it."""
@@ -108,6 +111,9 @@ class ProfileResult:
             f"to profiling take {_gib(self.other_torch_bytes)}GiB; non-torch figures from "
             f"{self.non_torch_basis}.",
         ]
+        if self.graph_bytes:
+            lines.append(f"CUDA graphs (measured before capture, vramledger.graph_memory_table) "
+                         f"take {_gib(self.graph_bytes)}GiB, kept out of the KV cache.")
         if self.board_room_bytes is not None:
             lines.append(
                 f"budget board: other live instances hold or claim "
@@ -219,7 +225,7 @@ class MemoryProfile:
 
     def result(self, utilization: Optional[float] = None,
                budget_bytes: Optional[int] = None, board: Any = None,
-               claim: bool = True) -> ProfileResult:
+               claim: bool = True, graph_bytes: int = 0) -> ProfileResult:
         """The profile's figures for a budget of utilization x device total (or budget_bytes).
 
         board: a vramledger.board.Board of this GPU. Then the KV cache is also limited to the
@@ -227,7 +233,9 @@ class MemoryProfile:
         max(holdings, claim) - memory outside the board; docs/board.md, "The budget"), decided
         under the board's decision lock, and with `claim` this
         instance claims what it will hold (its profile's peak plus the KV cache) before the
-        lock is released, so instances deciding at once cannot both take the same bytes."""
+        lock is released, so instances deciding at once cannot both take the same bytes.
+        graph_bytes: memory the CUDA graphs captured after the KV cache will hold
+        (vramledger.graph_memory_table(...).total_bytes): its own line, out of the KV cache."""
         if (utilization is None) == (budget_bytes is None):
             raise ValueError("give exactly one of utilization or budget_bytes")
         if self._phase != "done":
@@ -261,7 +269,10 @@ class MemoryProfile:
         other_torch = profile_begin.allocated - load_end.allocated
         non_torch_increase = end.non_torch - begin.non_torch
         peak_activation = end.peak_allocated - profile_begin.allocated
-        kv = budget - baseline - weights - other_torch - non_torch_increase - peak_activation
+        if graph_bytes < 0:
+            raise ValueError("graph_bytes must be >= 0")
+        kv = (budget - baseline - weights - other_torch - non_torch_increase - peak_activation
+              - graph_bytes)
         for when, snap in (("at begin", begin), ("at end of load", load_end),
                            ("at start of profile", profile_begin), ("at end of profile", end)):
             warnings += [f"{when}: {problem}" for problem in snap.problems]
@@ -300,7 +311,7 @@ class MemoryProfile:
             non_torch_increase_bytes=non_torch_increase, peak_activation_bytes=peak_activation,
             kv_cache_budget_bytes=kv, weights_tag_bytes=end.weights_tag,
             non_torch_tracked_increase_bytes=end.tracked_non_torch - begin.tracked_non_torch,
-            non_torch_basis=basis, warnings=warnings, **board_fields)
+            non_torch_basis=basis, warnings=warnings, graph_bytes=graph_bytes, **board_fields)
 
 
 def nvml_process_memory(device: Any = None) -> Callable[[], ProcessMemory]:

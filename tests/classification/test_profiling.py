@@ -183,6 +183,20 @@ class MemoryProfileTest(unittest.TestCase):
                                    "PyTorch activation peak memory takes 1.75GiB; the rest of "
                                    "the memory reserved for KV Cache is 120.51GiB.")
 
+    def test_graph_memory_is_its_own_line_and_out_of_the_kv_cache(self) -> None:
+        device = FakeDevice(context=612 * MIB, neighbours=0)
+        profile, _ = self.run_profile(device)
+        plain = profile.result(budget_bytes=40 * GIB)
+        graphs = profile.result(budget_bytes=40 * GIB, graph_bytes=3 * GIB + 5)
+        self.assertEqual(graphs.graph_bytes, 3 * GIB + 5)
+        self.assertEqual(graphs.kv_cache_budget_bytes, plain.kv_cache_budget_bytes - 3 * GIB - 5)
+        self.assertEqual(graphs.accounted_bytes(), 40 * GIB)
+        self.assertIn("CUDA graphs (measured before capture, vramledger.graph_memory_table) "
+                      "take 3.00GiB", "\n".join(graphs.log_lines()))
+        self.assertNotIn("CUDA graphs", "\n".join(plain.log_lines()))
+        with self.assertRaises(ValueError):
+            profile.result(budget_bytes=40 * GIB, graph_bytes=-1)
+
     def test_context_manager_and_phase_errors(self) -> None:
         device = FakeDevice(context=612 * MIB, neighbours=0)
         with memory_profile(stats_fn=device.stats, reset_peaks_fn=device.reset_peaks,
