@@ -83,6 +83,14 @@ struct AllocationInfo {
   std::size_t segment_size = 0;
 };
 
+// One physical chunk under a block (CachingAllocator::physical_pieces).
+struct PhysicalPiece {
+  DevicePtr va = 0;  // where the chunk is mapped, whole
+  std::size_t bytes = 0;
+  PhysicalHandle handle = 0;
+  friend bool operator==(const PhysicalPiece&, const PhysicalPiece&) = default;
+};
+
 // What one sleep or wake did (docs/sleep.md).
 struct SleepResult {
   std::size_t blocks = 0;
