@@ -281,6 +281,9 @@ AllocationInfo CachingAllocator::describe(DevicePtr ptr) const {
   AllocationInfo info;
   return impl_->front_describe(ptr, &info) ? info : impl_->describe(ptr);
 }
+std::vector<PhysicalPiece> CachingAllocator::physical_pieces(DevicePtr ptr) const {
+  return impl_->physical_pieces(ptr);  // a block a front cache manages is allocated in its heap
+}
 std::vector<SegmentInfo> CachingAllocator::segments() const { return impl_->segments(); }
 BlockCensus CachingAllocator::census() const { return impl_->census(); }
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }

@@ -148,6 +148,11 @@ class CachingAllocator {
   // Queries.
   bool owns(DevicePtr ptr) const;
   AllocationInfo describe(DevicePtr ptr) const;  // throws kInvalidPointer like deallocate
+  // The physical memory under an allocated block of the paged heap, chunk by chunk in address
+  // order, each chunk mapped whole at `va` (the first and last may reach past the block): what a
+  // CUDA IPC export shares (docs/ipc.md). Empty for a block of a backend segment. Throws
+  // kInvalidPointer like describe, kNotSupported for a sleeping block (no memory behind it).
+  std::vector<PhysicalPiece> physical_pieces(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
   BlockCensus census() const;
   const AllocatorOptions& options() const;

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <vector>
 
 #include "allocator/text_format.hpp"
 #include "torch_plugin/ipc_handle.hpp"
@@ -30,31 +31,41 @@ ImportedMemory& imported_memory() {
   return *imports;
 }
 
+void release_ipc_export(void* ptr) noexcept {
+  IpcDriver& driver = ipc_driver();
+  if (driver.has_exports()) driver.release_block(reinterpret_cast<DevicePtr>(ptr));
+}
+
 c10_alloc::ShareableHandle VramledgerAllocator::shareIpcHandle(void* ptr) {
   const std::optional<LiveAllocation> found = registry_.find(ptr);
   TORCH_CHECK(found.has_value(), "vramledger: cannot share ", ptr,
               " with another process (CUDA IPC): it is not the start of a live vramledger "
               "allocation");
   DeviceAllocators& state = device_state(static_cast<c10::DeviceIndex>(found->device));
-  DevicePtr base = reinterpret_cast<DevicePtr>(ptr);
+  const auto address = reinterpret_cast<DevicePtr>(ptr);
+  DevicePtr base = address;
   std::size_t bytes = found->requested;
   if (found->pool != nullptr) {  // else: caching disabled, its own cudaMalloc allocation
-    if (found->pool == &state.default_pool()) {
-      TORCH_CHECK(!state.default_pool_is_paged(),
-                  "vramledger: sharing CUDA tensors between processes (CUDA IPC) is not built "
-                  "for the VMM backend yet: its blocks lie on physical pages that need POSIX "
-                  "file-descriptor handles (docs/ipc.md). Run the processes that send CUDA "
-                  "tensors with VRAMLEDGER_CONF=backend:cuda_malloc, or "
-                  "allocate the shared tensors in a torch.cuda.MemPool (its pool uses cudaMalloc "
-                  "segments)");
-      TORCH_CHECK(state.backend_info().name != "malloc_async",
-                  "vramledger: sharing CUDA tensors between processes (CUDA IPC) is not "
-                  "supported on the malloc_async backend: memory of a cudaMallocAsync pool has no "
-                  "cudaIpcMemHandle (cudaIpcGetMemHandle refuses it). Use backend:cuda_malloc for "
-                  "processes that send CUDA tensors (docs/ipc.md)");
-    }
+    const bool default_pool = found->pool == &state.default_pool();
+    TORCH_CHECK(!default_pool || state.backend_info().name != "malloc_async",
+                "vramledger: sharing CUDA tensors between processes (CUDA IPC) is not "
+                "supported on the malloc_async backend: memory of a cudaMallocAsync pool has no "
+                "cudaIpcMemHandle (cudaIpcGetMemHandle refuses it). Use backend:cuda_malloc or "
+                "backend:vmm for processes that send CUDA tensors (docs/ipc.md)");
     try {
-      const AllocationInfo info = found->pool->policy().describe(base);
+      const std::vector<PhysicalPiece> pieces =
+          default_pool && state.default_pool_is_paged()
+              ? found->pool->policy().physical_pieces(address)
+              : std::vector<PhysicalPiece>{};
+      if (!pieces.empty()) {
+        // Kind 'v': the physical chunks under the block, each as a file descriptor.
+        VmmShare share;
+        const Status status = ipc_driver().export_pieces(found->device, address, pieces, &share);
+        if (!status.is_ok()) throw Error(status.code(), status.message());
+        return c10_alloc::ShareableHandle{
+            static_cast<std::ptrdiff_t>(address - pieces.front().va), encode_vmm_share(share)};
+      }
+      const AllocationInfo info = found->pool->policy().describe(address);
       base = info.segment_base;
       bytes = info.segment_size;
     } catch (const std::exception& error) {
@@ -65,9 +76,8 @@ c10_alloc::ShareableHandle VramledgerAllocator::shareIpcHandle(void* ptr) {
   const Status status = ipc_driver().export_allocation(found->device, base, bytes, &raw);
   TORCH_CHECK(status.is_ok(), "vramledger: CUDA IPC export of ", ptr, " (its segment at ",
               format_hex(base), ", ", bytes, " bytes) failed: ", status.message());
-  return c10_alloc::ShareableHandle{
-      static_cast<std::ptrdiff_t>(reinterpret_cast<DevicePtr>(ptr) - base),
-      encode_cuda_malloc_handle(raw)};
+  return c10_alloc::ShareableHandle{static_cast<std::ptrdiff_t>(address - base),
+                                    encode_cuda_malloc_handle(raw)};
 }
 
 std::shared_ptr<void> VramledgerAllocator::getIpcDevPtr(std::string handle) {
@@ -75,7 +85,7 @@ std::shared_ptr<void> VramledgerAllocator::getIpcDevPtr(std::string handle) {
     const IpcHandle decoded = decode_ipc_handle(handle);
     // torch makes the storage's device current before it calls us (rebuild_cuda_tensor).
     const int device = simulated_process() ? 0 : static_cast<int>(c10::cuda::current_device());
-    return imported_memory().open(device, decoded.payload);
+    return imported_memory().open(device, decoded);
   } catch (const c10::Error&) {
     throw;
   } catch (const std::exception& error) {

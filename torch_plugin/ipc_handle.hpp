@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace vramledger::torch_plugin {
 
@@ -21,6 +23,25 @@ inline constexpr std::size_t kCudaIpcHandleBytes = 64;  // sizeof(cudaIpcMemHand
 enum class IpcHandleKind : char {
   kCudaMalloc = 'c',         // payload: cudaIpcMemHandle_t of a whole cudaMalloc allocation
   kExpandableSegment = 'e',  // torch's expandable segments (POSIX fds); vramledger cannot open it
+  kVmmPages = 'v',           // vramledger's paged heap: VmmShare below (vramledger processes only)
+};
+
+// Kind 'v': the physical chunks under a block of the paged heap, each mapped whole in the
+// exporter at `offset` from the first one, and the exporter's file descriptor for it
+// (cuMemExportToShareableHandle), which the importer fetches from process `pid` (ipc_fd_server).
+struct VmmPiece {
+  std::uint64_t offset = 0;
+  std::uint64_t bytes = 0;
+  std::int32_t fd = -1;
+  friend bool operator==(const VmmPiece&, const VmmPiece&) = default;
+};
+struct VmmShare {
+  std::uint32_t pid = 0;
+  std::vector<VmmPiece> pieces;  // offsets ascending, the first at 0, no overlap
+  std::uint64_t span_bytes() const {
+    return pieces.empty() ? 0 : pieces.back().offset + pieces.back().bytes;
+  }
+  friend bool operator==(const VmmShare&, const VmmShare&) = default;
 };
 
 struct IpcHandle {
@@ -30,6 +51,11 @@ struct IpcHandle {
 
 // Version, kind 'c', the 64 bytes. Throws Error(kInvalidArgument) for a payload of another size.
 std::string encode_cuda_malloc_handle(std::string_view cuda_ipc_handle);
+
+// Version, kind 'v', the share. Throws Error(kInvalidArgument) for an empty or malformed one.
+std::string encode_vmm_share(const VmmShare& share);
+// The payload of a kind 'v' handle. Throws Error(kInvalidArgument) naming what is wrong.
+VmmShare decode_vmm_share(std::string_view payload);
 
 // Throws Error(kInvalidArgument) naming what is wrong: empty, a newer version, an unknown kind,
 // a payload of the wrong length; Error(kNotSupported) for the expandable-segment kind.

@@ -2,9 +2,9 @@
 
 namespace vramledger::torch_plugin {
 
-std::shared_ptr<void> ImportedMemory::open(int device, const std::string& handle) {
+std::shared_ptr<void> ImportedMemory::open(int device, const IpcHandle& handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  Key key{device, handle};
+  Key key{device, static_cast<char>(handle.kind) + handle.payload};
   auto it = mappings_.find(key);
   if (it != mappings_.end()) {
     if (std::shared_ptr<void> shared = it->second.users.lock()) return shared;

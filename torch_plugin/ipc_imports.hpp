@@ -22,7 +22,7 @@
 namespace vramledger::torch_plugin {
 
 struct ImportedFigures {
-  Stat bytes;     // mapped imported bytes (whole exported allocations)
+  Stat bytes;     // mapped imported bytes (whole exported segments, or chunks under a block)
   Stat mappings;  // open mappings (handles)
   std::int64_t close_failures = 0;  // closes the driver refused (counted closed: see .cpp)
   friend bool operator==(const ImportedFigures&, const ImportedFigures&) = default;
@@ -35,10 +35,10 @@ class ImportedMemory {
   ImportedMemory(const ImportedMemory&) = delete;
   ImportedMemory& operator=(const ImportedMemory&) = delete;
 
-  // The mapping of the 64-byte cudaMalloc `handle` on `device`: opened on first use, shared
-  // while any copy of the returned pointer lives, closed with the last. Throws Error with the
-  // driver's reason when it cannot be opened (nothing is counted then).
-  std::shared_ptr<void> open(int device, const std::string& handle);
+  // The mapping of `handle` (either kind) on `device`: opened on first use, shared while any
+  // copy of the returned pointer lives, closed with the last. Throws Error with the driver's
+  // reason when it cannot be opened (nothing is counted then).
+  std::shared_ptr<void> open(int device, const IpcHandle& handle);
 
   ImportedFigures figures(int device) const;
   void reset_peaks(int device);

@@ -333,6 +333,7 @@ void VramledgerAllocator::free_block(void* ptr) {
   }
   std::optional<LiveAllocation> taken = registry_.take(ptr);
   TORCH_CHECK(taken.has_value(), "vramledger: device pointer ", ptr, " freed twice");
+  release_ipc_export(ptr);  // before the address can be handed out again (cuda_ipc.hpp)
   state.history().gather_context_for_free();
   {
     const RelaxedCaptureMode relaxed(!state.is_simulated());

@@ -62,10 +62,22 @@ Status VmmBackend::create_physical(std::size_t bytes, PhysicalHandle* out) {
                 "granularity " + describe_bytes(props_.granularity)};
   }
   CUmemGenericAllocationHandle handle = 0;
-  Status status =
-      check_driver(driver().mem_create(&handle, bytes, &props_.allocation, 0), "cuMemCreate", [&] {
-        return "bytes=" + describe_bytes(bytes) + ", device=" + std::to_string(device());
-      });
+  CUmemAllocationProp prop = props_.allocation;
+  if (!exportable_.load(std::memory_order_relaxed)) {
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  CUresult result = driver().mem_create(&handle, bytes, &prop, 0);
+  if (result != CUDA_SUCCESS && result != CUDA_ERROR_OUT_OF_MEMORY &&
+      prop.requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    // A setup that refuses exportable memory (a container's driver, a policy): plain memory from
+    // now on; CUDA IPC of paged blocks then fails with the driver's reason (docs/ipc.md).
+    exportable_.store(false, std::memory_order_relaxed);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    result = driver().mem_create(&handle, bytes, &prop, 0);
+  }
+  Status status = check_driver(result, "cuMemCreate", [&] {
+    return "bytes=" + describe_bytes(bytes) + ", device=" + std::to_string(device());
+  });
   if (status.is_ok()) *out = handle;
   return status;
 }

@@ -6,6 +6,7 @@
 // does not use them.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -69,6 +70,8 @@ class VmmBackend final : public CudaRuntimeBackend {
   Status set_access_locked(DevicePtr va, std::size_t bytes) const;
 
   VmmProperties props_;
+  // Pages are created exportable (POSIX fd) until the driver refuses once (create_physical).
+  std::atomic<bool> exportable_{true};
   bool batched_unmap_ = false;
   // Guards the two below: a peer granted access while a run is being mapped must see it.
   mutable std::mutex access_mutex_;

@@ -27,8 +27,17 @@ Status query_vmm_properties(int device, VmmProperties* out) {
   }
   props.supported = supported != 0;
 
+  // Exportable as a POSIX file descriptor where the device offers it, as torch creates its
+  // expandable segments: what lets CUDA IPC share the paged heap's blocks (docs/ipc.md).
+  int posix_fd = 0;
+  if (api->device_get_attribute(&posix_fd,
+                                CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                props.device) != CUDA_SUCCESS) {
+    posix_fd = 0;
+  }
   props.allocation.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  props.allocation.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  props.allocation.requestedHandleTypes =
+      posix_fd != 0 ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
   props.allocation.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   props.allocation.location.id = props.device;
   props.access.location = props.allocation.location;

@@ -1,6 +1,6 @@
 // What the driver says about virtual memory management on one device: whether it is offered,
-// the allocation properties vramledger uses (pinned device memory, no export handles) and the
-// page granularity for them.
+// the allocation properties vramledger uses (pinned device memory, exportable as a POSIX file
+// descriptor where the device offers it: docs/ipc.md) and the page granularity for them.
 #pragma once
 
 #include <cuda.h>

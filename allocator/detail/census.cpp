@@ -28,6 +28,38 @@ inline AllocationInfo CachingAllocator::Impl::describe(DevicePtr ptr) const {
   return info;
 }
 
+inline std::vector<PhysicalPiece> CachingAllocator::Impl::physical_pieces(DevicePtr ptr) const {
+  std::lock_guard lock(mutex_);
+  const Block* block = live_.find(ptr);
+  if (block == nullptr) block = block_containing(ptr);
+  if (block != nullptr && block->state == BlockState::kSleeping) {
+    throw Error(ErrorCode::kNotSupported,
+                "pointer " + format_hex(ptr) + " is asleep: no physical memory behind it");
+  }
+  if (block == nullptr || block->state != BlockState::kAllocated) {
+    throw Error(ErrorCode::kInvalidPointer,
+                "pointer " + format_hex(ptr) + " is not inside a live vramledger allocation");
+  }
+  const AddressRange& range = *block->range;
+  std::vector<PhysicalPiece> pieces;
+  if (!range.is_span) return pieces;
+  const std::size_t first = (block->address - range.base) / page_bytes_;
+  const std::size_t last =
+      (block->address + block->size - range.base + page_bytes_ - 1) / page_bytes_;
+  for (std::size_t page = first; page < last;) {
+    if (!range.is_mapped(page)) {
+      throw Error(ErrorCode::kInternal, "page " + std::to_string(page) + " under the live block " +
+                                            format_hex(block->address) + " is not mapped");
+    }
+    const std::size_t head = range.page_mapping[page].head;
+    const std::size_t pages = range.chunk_pages(head);
+    pieces.push_back(PhysicalPiece{range.base + head * page_bytes_, pages * page_bytes_,
+                                   range.page_mapping[page].handle});
+    page = head + pages;
+  }
+  return pieces;
+}
+
 inline std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
   std::lock_guard lock(mutex_);
   std::vector<SegmentInfo> result;

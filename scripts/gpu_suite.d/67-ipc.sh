@@ -1,13 +1,14 @@
 # CUDA IPC between two processes (docs/ipc.md): tests/torch/test_ipc.py on the vramledger package
 # 20-torch-plugin.sh staged — producer/consumer bit-exact both ways, consumer or producer exiting
-# first, the producer killed, VMM MemPool tensors, refusals, handles to and from torch's native
-# allocator. About 10 s per case; within 180 s. Log: $LOGS/ipc/pytest.log; one summary line.
+# first, the producer killed, on cuda_malloc and vmm; MemPool tensors, malloc_async refused,
+# handles to and from torch's native allocator; and the CPU dry run of the protocol. About 10 s
+# per case (12 cases); within 240 s. Log: $LOGS/ipc/pytest.log; one summary line.
 ipc_logs="$LOGS/ipc"
 ipc_stage="$REPO/build-torch-gpu-stage"
 ipc_python=${PYTHON:-python3}
 mkdir -p "$ipc_logs"
 ipc_budget=$(( $(remaining) - 10 ))
-(( ipc_budget > 180 )) && ipc_budget=180
+(( ipc_budget > 240 )) && ipc_budget=240
 if [[ ! -f "$ipc_stage/vramledger/libvramledger_torch.so" ]]; then
   add_summary "ipc: NOT RUN (no vramledger package in $ipc_stage; 20-torch-plugin.sh stages it)"
   FAILURES=$((FAILURES + 1))

@@ -1,15 +1,19 @@
-// CUDA IPC without a GPU (docs/ipc.md): the handle bytes torch carries between processes, the
-// books of imported memory over a scripted driver (one mapping per handle, closed with its last
-// user, figures exact at every step, failures count nothing), and the plugin's export and import
-// on the simulated device (refusals with their reasons, the offset inside the segment, imported
-// bytes in the stats and in the process report apart from the sum). The two-process runs on a
-// GPU are tests/torch/test_ipc.py.
+// CUDA IPC without a GPU (docs/ipc.md): the handle bytes torch carries between processes (both
+// kinds), the exporter's chunk descriptors (one per chunk, closed with the last exported block on
+// it), the books of imported memory over a scripted driver (one mapping per handle, closed with
+// its last user, figures exact at every step, failures count nothing), and the plugin's export
+// and import on the simulated device (a paged block's chunks until it is freed, a private pool's
+// segment and offsets, imported bytes in the stats and in the process report apart from the sum,
+// refusals with their reasons). The two-process runs on a GPU are tests/torch/test_ipc.py.
 #include <gtest/gtest.h>
 
 #include <c10/util/Exception.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "abi/vramledger_c_api.h"
 #include "allocator/errors.hpp"
 #include "torch_plugin/cuda_ipc.hpp"
+#include "torch_plugin/ipc_fd_server.hpp"
 #include "torch_plugin/ipc_handle.hpp"
 #include "torch_plugin/ipc_imports.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
@@ -65,6 +70,64 @@ TEST(IpcHandle, TorchLayoutRoundTripsAndBadBytesAreRefused) {
   }
 }
 
+TEST(IpcHandle, VmmShareRoundTripsAndMalformedOnesAreRefused) {
+  VmmShare share;
+  share.pid = 4242;
+  share.pieces = {{0, 2 * kMiB, 7}, {2 * kMiB, 64 * kMiB, 9}};
+  const std::string wire = encode_vmm_share(share);
+  EXPECT_EQ(wire[1], 'v');
+  const IpcHandle decoded = decode_ipc_handle(wire);
+  EXPECT_EQ(decoded.kind, IpcHandleKind::kVmmPages);
+  EXPECT_EQ(decode_vmm_share(decoded.payload), share);
+  EXPECT_EQ(share.span_bytes(), 66 * kMiB);
+
+  VmmShare gap = share;
+  gap.pieces[1].offset += 4096;  // chunks must follow each other
+  EXPECT_THROW(encode_vmm_share(gap), Error);
+  EXPECT_THROW(encode_vmm_share(VmmShare{}), Error);
+  EXPECT_EQ(decode_error(wire.substr(0, wire.size() - 1)), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(decode_error(wire.substr(0, 6)), ErrorCode::kInvalidArgument);
+}
+
+// The descriptors' way between processes (here the process asks itself: the server thread
+// answers over the same abstract socket another process would use).
+TEST(IpcFdServer, OfferedDescriptorsArriveAndOthersAreRefused) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  int other[2];
+  ASSERT_EQ(::pipe(other), 0);
+  ASSERT_TRUE(offer_fd(pipe_fds[0]).is_ok());
+  ASSERT_TRUE(offer_fd(other[0]).is_ok());
+  std::vector<int> received;
+  const auto me = static_cast<std::uint32_t>(::getpid());
+  ASSERT_TRUE(fetch_fds(me, {pipe_fds[0], other[0]}, &received).is_ok());
+  ASSERT_EQ(received.size(), 2u);
+  EXPECT_NE(received[0], pipe_fds[0]) << "a copy, not the number";
+  ASSERT_EQ(::write(pipe_fds[1], "ipc", 3), 3);
+  char text[4] = {};
+  ASSERT_EQ(::read(received[0], text, 3), 3) << "the copy reads the same pipe";
+  EXPECT_STREQ(text, "ipc");
+  for (int fd : received) ::close(fd);
+
+  withdraw_fd(other[0]);
+  const Status withdrawn = fetch_fds(me, {pipe_fds[0], other[0]}, &received);
+  EXPECT_FALSE(withdrawn.is_ok());
+  EXPECT_NE(withdrawn.message().find("freed meanwhile"), std::string::npos) << withdrawn.message();
+  EXPECT_TRUE(received.empty()) << "all or nothing";
+  const Status nobody = fetch_fds(me + 1000000, {pipe_fds[0]}, &received);
+  EXPECT_NE(nobody.message().find("does not answer"), std::string::npos) << nobody.message();
+
+  // More than one message's worth (the server sends 200 per message).
+  std::vector<int> many(450, pipe_fds[0]);
+  ASSERT_TRUE(fetch_fds(me, many, &received).is_ok());
+  EXPECT_EQ(received.size(), many.size());
+  for (int fd : received) ::close(fd);
+  withdraw_fd(pipe_fds[0]);
+  for (int fd : {pipe_fds[0], pipe_fds[1], other[0], other[1]}) ::close(fd);
+}
+
+IpcHandle malloc_handle(char fill) { return {IpcHandleKind::kCudaMalloc, raw_handle(fill)}; }
+
 // A driver that records every call; sizes by handle, failures on demand.
 class ScriptedDriver final : public IpcDriver {
  public:
@@ -72,13 +135,13 @@ class ScriptedDriver final : public IpcDriver {
     *handle = raw_handle(static_cast<char>(base));
     return Status::ok();
   }
-  Status open(int device, const std::string& handle, DevicePtr* base,
+  Status open(int device, const IpcHandle& handle, DevicePtr* base,
               std::size_t* bytes) override {
     ++opens;
     if (fail_open) return {ErrorCode::kDriverError, "cudaIpcOpenMemHandle: scripted failure"};
     *base = next_base;
     next_base += 64 * kMiB;
-    *bytes = sizes.at(handle);
+    *bytes = sizes.at(handle.payload);
     open_now[*base] = device;
     return Status::ok();
   }
@@ -91,18 +154,67 @@ class ScriptedDriver final : public IpcDriver {
 
   std::map<std::string, std::size_t> sizes;
   std::map<DevicePtr, int> open_now;
+  std::set<int> offered;
   DevicePtr next_base = 0x700000000000;
   int opens = 0;
   int closes = 0;
+  int next_fd = 3;
   bool fail_open = false;
   bool fail_close = false;
+  bool fail_export = false;
+
+ protected:
+  Status export_chunk(int, PhysicalHandle, int* fd) override {
+    if (fail_export) return {ErrorCode::kDriverError, "cuMemExportToShareableHandle: scripted"};
+    *fd = next_fd++;
+    offered.insert(*fd);
+    return Status::ok();
+  }
+  void close_chunk(int fd) noexcept override { offered.erase(fd); }
+  std::uint32_t process_id() const override { return 77; }
 };
+
+TEST(IpcExports, ChunksExportedOnceAndClosedWithTheirLastBlock) {
+  ScriptedDriver driver;
+  // Block A on chunks 1 and 2, block B on chunks 2 and 3 (they share chunk 2's pages).
+  const std::vector<PhysicalPiece> a = {{0x1000000, 2 * kMiB, 1}, {0x1200000, 4 * kMiB, 2}};
+  const std::vector<PhysicalPiece> b = {{0x1200000, 4 * kMiB, 2}, {0x1600000, 2 * kMiB, 3}};
+  EXPECT_FALSE(driver.has_exports());
+  VmmShare share_a;
+  ASSERT_TRUE(driver.export_pieces(0, 0x1100000, a, &share_a).is_ok());
+  EXPECT_EQ(share_a.pid, 77u);
+  ASSERT_EQ(share_a.pieces.size(), 2u);
+  EXPECT_EQ(share_a.pieces[1].offset, 2 * kMiB);
+  VmmShare again;
+  ASSERT_TRUE(driver.export_pieces(0, 0x1100000, a, &again).is_ok());
+  EXPECT_EQ(again, share_a) << "sent twice: the same descriptors, so one mapping in a receiver";
+  VmmShare share_b;
+  ASSERT_TRUE(driver.export_pieces(0, 0x1300000, b, &share_b).is_ok());
+  EXPECT_EQ(share_b.pieces[0].fd, share_a.pieces[1].fd) << "chunk 2 exported once";
+  EXPECT_EQ(driver.offered.size(), 3u);
+  EXPECT_TRUE(driver.has_exports());
+
+  driver.release_block(0x1100000);
+  EXPECT_EQ(driver.offered, (std::set<int>{share_b.pieces[0].fd, share_b.pieces[1].fd}))
+      << "chunk 1 closed; chunk 2 still under B";
+  driver.release_block(0x1100000);  // not exported any more: nothing happens
+  driver.release_block(0x1300000);
+  EXPECT_TRUE(driver.offered.empty());
+  EXPECT_FALSE(driver.has_exports());
+
+  // A failed export leaves nothing behind.
+  driver.fail_export = true;
+  VmmShare failed;
+  EXPECT_FALSE(driver.export_pieces(0, 0x1100000, a, &failed).is_ok());
+  EXPECT_FALSE(driver.has_exports());
+  EXPECT_TRUE(driver.offered.empty());
+}
 
 TEST(ImportedMemory, OneMappingPerHandleClosedWithItsLastUser) {
   ScriptedDriver driver;
-  const std::string a = raw_handle('a');
-  const std::string b = raw_handle('b');
-  driver.sizes = {{a, 20 * kMiB}, {b, 2 * kMiB}};
+  const IpcHandle a = malloc_handle('a');
+  const IpcHandle b = malloc_handle('b');
+  driver.sizes = {{a.payload, 20 * kMiB}, {b.payload, 2 * kMiB}};
   ImportedMemory imports(driver);
 
   std::shared_ptr<void> first = imports.open(0, a);
@@ -146,8 +258,8 @@ TEST(ImportedMemory, OneMappingPerHandleClosedWithItsLastUser) {
 
 TEST(ImportedMemory, FailuresCountNothingOrAreCounted) {
   ScriptedDriver driver;
-  const std::string a = raw_handle('a');
-  driver.sizes = {{a, 4 * kMiB}};
+  const IpcHandle a = malloc_handle('a');
+  driver.sizes = {{a.payload, 4 * kMiB}};
   ImportedMemory imports(driver);
   driver.fail_open = true;
   try {
@@ -168,8 +280,8 @@ TEST(ImportedMemory, FailuresCountNothingOrAreCounted) {
 
 TEST(ImportedMemory, ManyThreadsShareAndReleaseOneMapping) {
   ScriptedDriver driver;
-  const std::string a = raw_handle('a');
-  driver.sizes = {{a, 2 * kMiB}};
+  const IpcHandle a = malloc_handle('a');
+  driver.sizes = {{a.payload, 2 * kMiB}};
   ImportedMemory imports(driver);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -208,16 +320,38 @@ std::string stats_json() {
   return text;
 }
 
-TEST(PluginIpc, DefaultPoolOnPagesIsRefusedWithTheWayOut) {
-  void* p = plugin().malloc(kMiB, 0, nullptr);
-  try {
-    plugin().shareIpcHandle(p);
-    ADD_FAILURE() << "the simulated device's default pool is paged: not exportable yet";
-  } catch (const c10::Error& error) {
-    const std::string message = error.what();
-    EXPECT_NE(message.find("VMM backend"), std::string::npos) << message;
-    EXPECT_NE(message.find("backend:cuda_malloc"), std::string::npos) << message;
+TEST(PluginIpc, PagedBlockExportsItsChunksUntilItIsFreed) {
+  // The simulated device's default pool is the paged heap: kind 'v'.
+  void* p = plugin().malloc(5 * kMiB + 4096, 0, nullptr);
+  const c10_alloc::ShareableHandle shared = plugin().shareIpcHandle(p);
+  const IpcHandle handle = decode_ipc_handle(shared.handle);
+  ASSERT_EQ(handle.kind, IpcHandleKind::kVmmPages);
+  const VmmShare share = decode_vmm_share(handle.payload);
+  ASSERT_FALSE(share.pieces.empty());
+  // The block lies inside the chunks, at the offset torch adds on the receiving side.
+  EXPECT_GE(shared.offset, 0);
+  EXPECT_LE(static_cast<std::uint64_t>(shared.offset) + 5 * kMiB + 4096, share.span_bytes());
+  EXPECT_EQ(plugin().shareIpcHandle(p).handle, shared.handle) << "sent again: same handle";
+  {
+    std::shared_ptr<void> mapped = plugin().getIpcDevPtr(shared.handle);
+    EXPECT_EQ(imported_memory().figures(0).bytes.current,
+              static_cast<std::int64_t>(share.span_bytes()));
   }
+  EXPECT_EQ(imported_memory().figures(0).bytes.current, 0);
+  plugin().free_block(p);
+  // Its descriptors were withdrawn with the block: the handle opens no more.
+  try {
+    plugin().getIpcDevPtr(shared.handle);
+    ADD_FAILURE() << "a freed block's chunks must not be offered";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("not offered"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(imported_memory().figures(0).bytes.current, 0) << "a failed open counts nothing";
+  EXPECT_EQ(imported_memory().figures(0).mappings.current, 0);
+}
+
+TEST(PluginIpc, UnknownPointersAndBadHandlesAreRefused) {
+  void* p = plugin().malloc(kMiB, 0, nullptr);
   plugin().free_block(p);
   EXPECT_THROW(plugin().shareIpcHandle(p), c10::Error) << "no longer live";
   EXPECT_THROW(plugin().shareIpcHandle(reinterpret_cast<void*>(0x1234)), c10::Error);

@@ -5,7 +5,8 @@ on either side. Checked: the data both ways; the consumer's books (imported byte
 in the process report, apart from the sum, nothing missing) and their return to zero; the
 producer's block kept until the consumer released it, then freed; the device's used memory back
 where it was once both processes are gone, whichever exits first, the producer killed included.
-The VMM backend's default pool and malloc_async refuse to send, with the reason.
+On the VMM backend the block's physical chunks travel as file descriptors (kind 'v'); the
+malloc_async backend refuses to send, with the reason.
 
 Each case runs tests/torch/ipc_workers.py in a fresh interpreter (which starts the two
 processes). Skips without a GPU, torch or the staged package (conftest.py); the bookkeeping
@@ -88,7 +89,7 @@ def test_protocol_dry_run_on_the_cpu(scenario):
 
 
 @needs_gpu
-@pytest.mark.parametrize("backend", ["cuda_malloc"])
+@pytest.mark.parametrize("backend", ["cuda_malloc", "vmm"])
 def test_consumer_exits_first(backend):
     conf = f"backend:{backend}"
     out = run_case("consumer_first", conf, conf)
@@ -102,16 +103,20 @@ def test_consumer_exits_first(backend):
 
 
 @needs_gpu
-def test_producer_exits_first():
-    out = run_case("producer_first", "backend:cuda_malloc", "backend:cuda_malloc")
+@pytest.mark.parametrize("backend", ["cuda_malloc", "vmm"])
+def test_producer_exits_first(backend):
+    conf = f"backend:{backend}"
+    out = run_case("producer_first", conf, conf)
     assert_consumer_books(out)
     assert out["producer_exitcode"] == 0 and out["consumer_exitcode"] == 0, out
     assert_memory_back(out)
 
 
 @needs_gpu
-def test_producer_killed_gives_its_memory_back():
-    out = run_case("producer_killed", "backend:cuda_malloc", "backend:cuda_malloc")
+@pytest.mark.parametrize("backend", ["cuda_malloc", "vmm"])
+def test_producer_killed_gives_its_memory_back(backend):
+    conf = f"backend:{backend}"
+    out = run_case("producer_killed", conf, conf)
     assert_consumer_books(out)
     assert out["producer_exitcode"] == -9, out
     assert out["consumer_exitcode"] == 0, out
@@ -120,8 +125,8 @@ def test_producer_killed_gives_its_memory_back():
 
 @needs_gpu
 def test_vmm_mempool_tensor_is_shared():
-    # A MemPool's blocks lie on cudaMalloc segments on every backend, so they can be sent.
-    out = run_case("mempool", "backend:vmm", "backend:vmm")
+    # A MemPool's blocks lie on cudaMalloc segments on every backend (kind 'c' from a VMM process).
+    out = run_case("mempool", "backend:vmm", "backend:cuda_malloc")
     assert_consumer_books(out)
     assert out["producer"]["write_back_bitwise"], out
     assert out["producer"]["allocated_after_free"] == 0, out
@@ -129,17 +134,15 @@ def test_vmm_mempool_tensor_is_shared():
 
 
 @needs_gpu
-@pytest.mark.parametrize("backend,reason", [("vmm", "VMM backend"),
-                                            ("malloc_async", "malloc_async backend")])
-def test_refused_with_the_reason(backend, reason):
-    out = run_case("consumer_first", f"backend:{backend}", "backend:cuda_malloc")
-    assert reason in out.get("refused", ""), out
+def test_malloc_async_refuses_with_the_reason():
+    out = run_case("consumer_first", "backend:malloc_async", "backend:cuda_malloc")
+    assert "malloc_async backend" in out.get("refused", ""), out
     assert "backend:cuda_malloc" in out["refused"], out
     assert_memory_back(out)
 
 
 @needs_gpu
-@pytest.mark.parametrize("producer_conf,consumer_conf", [("native", "backend:cuda_malloc"),
+@pytest.mark.parametrize("producer_conf,consumer_conf", [("native", "backend:vmm"),
                                                          ("backend:cuda_malloc", "native")])
 def test_handles_interoperate_with_torch_native_allocator(producer_conf, consumer_conf):
     out = run_case("consumer_first", producer_conf, consumer_conf)
