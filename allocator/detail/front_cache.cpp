@@ -151,8 +151,7 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   if (size > front_max_block_) return allocate(bytes, stream, tag, block_bytes);
   ThreadCache* cache = front_cache_of_thread();
   if (cache == nullptr) return allocate(bytes, stream, tag, block_bytes);
-  bool adopt = false;
-  {
+  if (cache->has_parked()) {
     SpinMutex& mutex = cache->mutex();
     mutex.lock();
     if (FrontBlock* front = cache->pop(stream, size)) {
@@ -170,10 +169,11 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
       shard->apply_slow(event);
       return event.address;
     }
-    adopt = cache->worth_adopting(size);
     mutex.unlock();
   }
-  // A miss: the heaps; the block is managed by this cache from now on if worth it.
+  // A miss: the heaps; the block is managed by this cache from now on if worth it. (The
+  // adoption's bookkeeping is this thread's alone: no lock.)
+  const bool adopt = cache->worth_adopting(size);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   std::lock_guard lock(mutex_);
   Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
@@ -187,7 +187,7 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
     front->stream = stream;
     front->pool = block->range->pool;
     front->parked = false;
-    cache->blocks.insert(block->address, front);
+    cache->manage(block->address, front);
     block->front = cache;
   }
   return block->address;
@@ -195,7 +195,8 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
 
 inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
   if (!front_enabled_) return deallocate(ptr);
-  if (ThreadCache* cache = front_cache_if_any()) {
+  ThreadCache* cache = front_cache_if_any();
+  if (cache != nullptr && cache->manages_any()) {
     SpinMutex& mutex = cache->mutex();
     mutex.lock();
     if (FrontBlock* front = cache->blocks.find(ptr)) {
@@ -226,7 +227,7 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
         std::array<Block*, ThreadCache::kDepth> returning{};
         for (std::size_t i = 0; i < evicted.count; ++i) {
           returning[i] = evicted.blocks[i]->block;
-          cache->blocks.erase(evicted.blocks[i]->address);
+          cache->forget(evicted.blocks[i]->address);
           cache->entries.destroy(evicted.blocks[i]);
         }
         mutex.unlock();
@@ -236,7 +237,7 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
       }
       // No room in this thread's bins: back to its heap.
       Block* block = front->block;
-      cache->blocks.erase(ptr);
+      cache->forget(ptr);
       cache->entries.destroy(front);
       mutex.unlock();
       std::lock_guard lock(mutex_);
@@ -298,7 +299,7 @@ inline FrontBlock CachingAllocator::Impl::detach_front_block_locked(Block* block
                                               ", which was already freed");
     }
     detached = *front;
-    cache.blocks.erase(block->address);
+    cache.forget(block->address);
     cache.entries.destroy(front);
   }
   block->front = nullptr;
@@ -368,7 +369,7 @@ inline void CachingAllocator::Impl::flush_front_caches_locked(const StreamHandle
       std::lock_guard cache_lock(cache->mutex());
       cache->unpark_all(stream, [&](FrontBlock* front) {
         returning.push_back(front->block);
-        cache->blocks.erase(front->address);
+        cache->forget(front->address);
         cache->entries.destroy(front);
       });
     }
@@ -386,7 +387,7 @@ inline void CachingAllocator::Impl::retire_front_cache_locked(ThreadCache& cache
     std::lock_guard cache_lock(cache.mutex());
     cache.unpark_all(nullptr, [&](FrontBlock* front) {
       returning.push_back(front->block);
-      cache.blocks.erase(front->address);
+      cache.forget(front->address);
       cache.entries.destroy(front);
     });
     std::vector<FrontBlock*> held;
@@ -394,7 +395,7 @@ inline void CachingAllocator::Impl::retire_front_cache_locked(ThreadCache& cache
     for (FrontBlock* front : held) {
       front->block->front = nullptr;
       front->block->requested = front->requested;
-      cache.blocks.erase(front->address);
+      cache.forget(front->address);
       cache.entries.destroy(front);
     }
     cache.reset();

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,7 @@ class ThreadCache {
       FrontBlock* front = bin.blocks[--bin.count];
       front->parked = false;
       parked_bytes -= front->size;
+      parked_changed();
       note_hit();
       return front;
     }
@@ -115,6 +117,7 @@ class ThreadCache {
     target->blocks[target->count++] = front;
     front->parked = true;
     parked_bytes += front->size;
+    parked_changed();
     return true;
   }
 
@@ -179,9 +182,26 @@ class ThreadCache {
         bin.count = 0;
       }
     }
+    parked_changed();
   }
 
   // ---- state (under mutex())
+  // Whether any block is managed, or parked, here: readable by the owning thread without the
+  // mutex. Only the owner adds blocks or parks them (others only take them away), so a zero it
+  // reads stays zero until it adds one itself; the miss paths skip the mutex then (ever-new
+  // sizes, a shedding cache: the mixed ring's pairs).
+  bool manages_any() const noexcept { return managed_hint_.load(std::memory_order_relaxed) != 0; }
+  bool has_parked() const noexcept { return parked_hint_.load(std::memory_order_relaxed) != 0; }
+  // `blocks` changes only through these (under mutex()).
+  void manage(DevicePtr address, FrontBlock* front) {
+    blocks.insert(address, front);
+    managed_hint_.store(blocks.size(), std::memory_order_relaxed);
+  }
+  void forget(DevicePtr address) {
+    blocks.erase(address);
+    managed_hint_.store(blocks.size(), std::memory_order_relaxed);
+  }
+
   ObserverShard* shard = nullptr;  // the ledger's share for this thread, or null
   AddressMap<FrontBlock> blocks;   // every block managed here, held or parked, by address
   ObjectPool<FrontBlock> entries;
@@ -208,6 +228,11 @@ class ThreadCache {
     }
     return nullptr;
   }
+
+  void parked_changed() noexcept { parked_hint_.store(parked_bytes, std::memory_order_relaxed); }
+
+  std::atomic<std::size_t> managed_hint_{0};  // blocks.size()
+  std::atomic<std::size_t> parked_hint_{0};   // parked_bytes
 
   // Hits minus misses of pops, bounded: below 0 the bins are not serving this thread's sizes.
   static constexpr int kMinScore = -64, kMaxScore = 64, kInitialScore = 8;
