@@ -8,10 +8,10 @@
 // vramledger Error naming an injected fault, or an allocation the policy's retry saved. At the end,
 // with the allocator gone, NVML and cudaMemGetInfo are back at the starting usage.
 //
-// Knobs (environment): VRAMLEDGER_FAULT_OPS operations per backend (default 500,000: 10^6 over the
-// two backends), VRAMLEDGER_FAULT_PERCENT failure rate (default 10), VRAMLEDGER_FAULT_SECONDS
-// time limit per backend (default 25: the run stops early, then checks the teardown as usual, and
-// says so), VRAMLEDGER_FAULT_SEED, VRAMLEDGER_FAULT_DEVICE_CHECK_EVERY (default 256).
+// Knobs (environment): VRAMLEDGER_FAULT_OPS operations per backend (default 1,000,000: issue 16
+// asks >= 10^6; 500,000 took 12.5 s over vmm and 2.5 s over cuda_malloc on the H200),
+// VRAMLEDGER_FAULT_PERCENT failure rate (default 10), VRAMLEDGER_FAULT_SECONDS time limit per
+// backend (default 40: the run stops early, then checks the teardown as usual, and says so), VRAMLEDGER_FAULT_SEED, VRAMLEDGER_FAULT_DEVICE_CHECK_EVERY (default 256).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -76,12 +76,12 @@ TEST_P(FaultInjectionGpuTest, TenPercentFailuresLoseNoByte) {
     faulty.set_rate(rate);
 
     FaultWorkloadOptions options;
-    options.operations = stress::env_u64("VRAMLEDGER_FAULT_OPS", 500'000);
+    options.operations = stress::env_u64("VRAMLEDGER_FAULT_OPS", 1'000'000);
     options.seed = stress::env_u64("VRAMLEDGER_FAULT_SEED", 16);
     options.streams = {main_stream.handle(), side_stream.handle()};
     options.device_check_every = stress::env_u64("VRAMLEDGER_FAULT_DEVICE_CHECK_EVERY", 256);
     options.time_limit =
-        std::chrono::seconds(stress::env_u64("VRAMLEDGER_FAULT_SECONDS", 25));
+        std::chrono::seconds(stress::env_u64("VRAMLEDGER_FAULT_SECONDS", 40));
     options.device_held = [&nvml](std::int64_t* held) { return nvml->delta(held); };
     // 20 µs of GPU work: frees of blocks recorded on that stream wait for it (pending frees,
     // events queried while the kernel runs).
