@@ -183,9 +183,10 @@ def consumer(tensors, control, conf):
         received.neg_()  # the write-back the producer checks
         _sync(torch)
         control.send(("read", result))
-        control.recv()  # "release"
+        control.recv()  # "release" (the producer may be gone by now: producer_first/_killed)
         result = {"read_again_bitwise": bool(torch.equal(received.cpu().view(torch.int32),
-                                                          (-expected).view(torch.int32)))}
+                                                          (-expected).view(torch.int32))),
+                  "own_nvml_before_release": nvml.process_used(os.getpid())}
         del received
         _sync(torch)
         result["books_after_release"] = _imported(conf)
