@@ -48,3 +48,14 @@ def run_python(code, env_extra=None, timeout=300, args=(), prefix=()):
     env.update(env_extra or {})
     command = list(prefix) + [sys.executable, "-c", textwrap.dedent(code), *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def torch_format_size(size):
+    """c10::CachingAllocator::format_size, which torch's OOM message uses."""
+    if size <= 1024:
+        return f"{size} bytes"
+    if size <= 1048576:
+        return f"{size / 1024:.2f} KiB"
+    if size <= 1073741824:
+        return f"{size / 1048576:.2f} MiB"
+    return f"{size / 1073741824:.2f} GiB"

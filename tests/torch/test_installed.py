@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from conftest import GPU_SKIP_REASON, needs_gpu
+from conftest import GPU_SKIP_REASON, needs_gpu, torch_format_size
 
 pytestmark = needs_gpu
 
@@ -477,18 +477,6 @@ def test_memory_fraction_caps_and_oom_observer():
     del ok
 
 
-
-def _torch_format_size(size):
-    """c10::CachingAllocator::format_size, which torch's OOM message uses."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= 1048576:
-        return f"{size / 1024:.2f} KiB"
-    if size <= 1073741824:
-        return f"{size / 1048576:.2f} MiB"
-    return f"{size / 1073741824:.2f} GiB"
-
-
 def test_oom_at_the_cap_frees_the_cache_and_says_where_the_memory_is():
     """Issue 16: at the memory-fraction cap the allocator frees its cache and retries, then
     raises torch's OutOfMemoryError in torch's words plus the largest free block and the memory
@@ -520,7 +508,7 @@ def test_oom_at_the_cap_frees_the_cache_and_says_where_the_memory_is():
     assert text.startswith("CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total "
                            "capacity of "), text
     assert "Largest free cached block: " in text, text
-    assert f"graph and other private pools hold {_torch_format_size(pool_bytes)}." in text, text
+    assert f"graph and other private pools hold {torch_format_size(pool_bytes)}." in text, text
     assert "vramledger's account of this process on GPU 0" in text, text
     stats = torch.cuda.memory_stats()
     assert stats["num_alloc_retries"] > retries, "no retry after freeing the cache"

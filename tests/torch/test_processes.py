@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import needs_gpu, run_python
+from conftest import needs_gpu, run_python, torch_format_size
 
 pytestmark = needs_gpu
 
@@ -243,3 +243,66 @@ def test_two_stream_statistics_mean_what_natives_mean(conf):
     native = _result(run_python(_TWO_STREAM_PROGRAM))
     ours = _result(run_python(_TWO_STREAM_PROGRAM, env_extra={"VL_CONF": conf}))
     assert ours == native, {k: (native[k], ours[k]) for k in native if native[k] != ours[k]}
+
+
+_OOM_UNDER_THE_SHIM = """
+import ctypes, json, torch
+MiB = 1 << 20
+torch.zeros(1, device="cuda")                      # CUDA up: torch's libcudart is mapped
+# 64 MiB outside torch, through the libcudart torch loaded (the shim books it as 'user').
+paths = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcudart.so" in line})
+cudart = ctypes.CDLL(paths[0])
+cudart.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+cudart.cudaFree.argtypes = [ctypes.c_void_p]
+raw = ctypes.c_void_p()
+assert cudart.cudaMalloc(ctypes.byref(raw), 64 * MiB) == 0
+pool = torch.cuda.MemPool()                        # a private pool holding memory
+with torch.cuda.use_mem_pool(pool):
+    in_pool = torch.empty(3 * MiB, dtype=torch.uint8, device="cuda")
+pool_bytes = sum(segment["total_size"] for segment in pool.snapshot())
+messages = {}
+total = torch.cuda.get_device_properties(0).total_memory
+torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 32 * MiB) / total)
+try:
+    torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError as error:
+    messages["cap"] = str(error)
+torch.cuda.set_per_process_memory_fraction(1.0)
+free_before, _ = torch.cuda.mem_get_info()
+held = []                                          # the device's real limit: 4 GiB, then 64 MiB
+for chunk in (4 << 30, 64 * MiB):
+    while True:
+        try:
+            held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError as error:
+            messages["device"] = str(error)
+            break
+held_bytes = sum(t.numel() for t in held)
+del held
+later = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")   # the process continues
+del later
+assert cudart.cudaFree(raw) == 0
+print("RESULT", json.dumps({"messages": messages, "pool_bytes": pool_bytes,
+                            "held_bytes": held_bytes, "free_before": free_before}))
+"""
+
+
+def test_out_of_memory_under_the_shim_names_non_torch_memory_by_library():
+    """Issue 16: under `vramledger run`, at the memory-fraction cap and at the device's real
+    limit, torch's OutOfMemoryError keeps torch's wording and adds the largest free block, the
+    private pools' memory and the additive account with non-torch memory by library (64 MiB
+    cudaMalloc'd through ctypes: the 'user' line); the process continues afterwards."""
+    result = _result(run_python(_OOM_UNDER_THE_SHIM,
+                                prefix=[sys.executable, "-m", "vramledger", "run", "--"]))
+    pools = f"graph and other private pools hold {torch_format_size(result['pool_bytes'])}."
+    for where in ("cap", "device"):
+        text = result["messages"].get(where, "")
+        print(f"OOM at the {where}: {text}")
+        assert text.startswith("CUDA out of memory. Tried to allocate "), text
+        assert "Largest free cached block: " in text, text
+        assert pools in text, text
+        assert "vramledger's account of this process on GPU 0" in text, text
+        assert "non-torch: user 64.00 MiB" in text, text
+        assert "needs `vramledger run`" not in text, text
+        assert ("memory fraction" in text) == (where == "cap"), text
+    assert result["held_bytes"] > 0.9 * result["free_before"], result
