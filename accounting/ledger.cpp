@@ -261,6 +261,12 @@ void Ledger::apply(const AllocatorEvent& event) noexcept {
     case EventKind::kWakeResident:
       negative = lower(update, &PoolCounters::sleeping_resident_bytes, size) < 0;
       break;
+    case EventKind::kSegmentSleep:  // docs/sleep.md: memory gone, address (and segment) kept
+      negative = lower(update, &PoolCounters::reserved_bytes, size) < 0;
+      break;
+    case EventKind::kSegmentWake:
+      raise_reserved(update, size);
+      break;
     case EventKind::kCount:
     default:
       record_malformed_event(event, "kind", static_cast<std::int64_t>(event.kind));

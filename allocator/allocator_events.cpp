@@ -41,6 +41,8 @@ const char* to_string(EventKind kind) noexcept {
     case EventKind::kWake: return "wake";
     case EventKind::kSleepResident: return "sleep_resident";
     case EventKind::kWakeResident: return "wake_resident";
+    case EventKind::kSegmentSleep: return "segment_sleep";
+    case EventKind::kSegmentWake: return "segment_wake";
     case EventKind::kCount: break;
   }
   return "unknown";

@@ -45,6 +45,11 @@ enum class EventKind : std::uint8_t {
   kWake,
   kSleepResident,
   kWakeResident,
+  // A whole segment of a sleeping pool (CachingAllocator::sleep_pool: CUDA graph pools) gives
+  // its memory back and keeps its address (reserved -= size; still a segment), or gets memory
+  // again at that address (reserved += size).
+  kSegmentSleep,
+  kSegmentWake,
   kCount
 };
 

@@ -302,5 +302,8 @@ std::size_t CachingAllocator::prepare_offload(std::span<const TagId> tags) {
 std::size_t CachingAllocator::kept_sleep_host_bytes() const {
   return impl_->kept_sleep_host_bytes();
 }
+SleepResult CachingAllocator::sleep_pool(bool offload) { return impl_->sleep_pool(offload); }
+SleepResult CachingAllocator::wake_pool() { return impl_->wake_pool(); }
+bool CachingAllocator::pool_asleep() const { return impl_->pool_asleep(); }
 
 }  // namespace vramledger

@@ -185,6 +185,24 @@ class CachingAllocator {
   std::size_t prepare_offload(std::span<const TagId> tags);
   std::size_t kept_sleep_host_bytes() const;  // host memory kept for the next sleep
 
+  // The whole allocator sleeps (docs/sleep.md): a CUDA graph's private pool, i.e. the segment
+  // heap over segments that can give their memory back and keep their address
+  // (SleepableSegmentBackend). After waiting for the device, every segment's memory goes back,
+  // free blocks included (a graph writes its intermediates there on every replay); every
+  // address stays reserved and allocated blocks sleep (out of allocated/active, into sleeping).
+  // With `offload` the allocated blocks' contents go to host memory first and come back on
+  // wake_pool(); otherwise all contents come back undefined (a replay rewrites what the graph
+  // computes). Refused with nothing changed: asleep already, a freed block still awaiting other
+  // streams, a capture underway (kInvalidArgument); the paged heap, front caches, or segments
+  // that cannot sleep (kNotSupported). While asleep, allocating, freeing and record_stream
+  // throw kInvalidArgument.
+  SleepResult sleep_pool(bool offload = false);
+  // Memory again under every segment, at the same addresses; offloaded contents restored. Not
+  // asleep (never slept, woken twice): kInvalidArgument. Too little memory: OutOfMemoryError,
+  // the pool stays asleep with its host copies, nothing lost (wake_pool again later).
+  SleepResult wake_pool();
+  bool pool_asleep() const;
+
   // Forgets about a stream (e.g. destroyed): its cached blocks are returned to the backend;
   // blocks still allocated on it keep working until freed.
   void release_stream(StreamHandle stream);

@@ -53,4 +53,14 @@ Status DeviceBackend::copy_to_device(DevicePtr, const void*, std::size_t) {
           "backend '" + info().name + "' cannot copy host memory to the device"};
 }
 
+Status DeviceBackend::release_segment_memory(DevicePtr, std::size_t) {
+  return {ErrorCode::kNotSupported,
+          "backend '" + info().name + "' cannot release a segment's memory and keep its address "
+          "(only sleepable segments can: a VMM reservation with one physical chunk each)"};
+}
+Status DeviceBackend::restore_segment_memory(DevicePtr, std::size_t) {
+  return {ErrorCode::kNotSupported,
+          "backend '" + info().name + "' has no sleeping segment to give memory back to"};
+}
+
 }  // namespace vramledger

@@ -85,6 +85,13 @@ class DeviceBackend {
   // Whether a CUDA graph capture is underway that memory operations must not disturb (a backend
   // that cannot tell says false; the torch plugin checks torch's own capture state as well).
   virtual bool capture_underway() const { return false; }
+
+  // --- Segments that sleep (CachingAllocator::sleep_pool, docs/sleep.md: CUDA graph pools). ---
+  // The memory under a whole segment goes back to the device while its address stays reserved
+  // (the caller has waited for the device), and comes back at the same address with undefined
+  // contents. Only SleepableSegmentBackend offers it; the defaults return kNotSupported.
+  virtual Status release_segment_memory(DevicePtr ptr, std::size_t bytes);
+  virtual Status restore_segment_memory(DevicePtr ptr, std::size_t bytes);
 };
 
 }  // namespace vramledger

@@ -68,6 +68,12 @@ class ForwardingBackend : public DeviceBackend {
     return inner_.copy_to_device(device, host, bytes);
   }
   bool capture_underway() const override { return inner_.capture_underway(); }
+  Status release_segment_memory(DevicePtr ptr, std::size_t bytes) override {
+    return inner_.release_segment_memory(ptr, bytes);
+  }
+  Status restore_segment_memory(DevicePtr ptr, std::size_t bytes) override {
+    return inner_.restore_segment_memory(ptr, bytes);
+  }
 
  protected:
   DeviceBackend& inner() const { return inner_; }

@@ -42,6 +42,8 @@ struct AddressRange {
   StreamHeaps* owner = nullptr;
   PoolKind pool = PoolKind::kLarge;
   bool is_span = false;
+  // A segment of a sleeping pool (detail/pool_sleep.cpp): address kept, no memory behind it.
+  bool memory_released = false;
   Block* first = nullptr;
   std::size_t active_blocks = 0;
 

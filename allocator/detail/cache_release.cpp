@@ -65,7 +65,8 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
   auto& ranges = heaps.ranges[p];
   for (std::size_t i = 0; i < ranges.size();) {
     AddressRange* range = ranges[i];
-    if (range->active_blocks != 0) {
+    // A sleeping pool's segment keeps its address until the wake (detail/pool_sleep.cpp).
+    if (range->active_blocks != 0 || range->memory_released) {
       ++i;
       continue;
     }

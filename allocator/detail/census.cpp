@@ -69,7 +69,9 @@ inline std::vector<SegmentInfo> CachingAllocator::Impl::segments() const {
         SegmentInfo segment;
         segment.address = range->base;
         segment.size = range->size;
-        segment.mapped_bytes = range->is_span ? range->mapped_pages * page_bytes_ : range->size;
+        segment.mapped_bytes = range->is_span            ? range->mapped_pages * page_bytes_
+                               : range->memory_released ? 0
+                                                        : range->size;
         segment.stream = heaps->stream;
         segment.pool = range->pool;
         segment.is_virtual_span = range->is_span;
@@ -161,7 +163,10 @@ inline void CachingAllocator::Impl::throw_unknown_pointer(DevicePtr ptr, const c
 // Bytes of [address, address + size) with memory behind them, and the longest such run.
 inline std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(
     const AddressRange& range, DevicePtr address, std::size_t size) const {
-  if (!range.is_span) return {size, size};
+  if (!range.is_span) {  // a segment: memory behind every byte, unless its pool sleeps
+    return range.memory_released ? std::pair<std::size_t, std::size_t>{0, 0}
+                                 : std::pair<std::size_t, std::size_t>{size, size};
+  }
   std::size_t total = 0;
   std::size_t longest = 0;
   std::size_t run = 0;
@@ -258,7 +263,7 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
     const auto [backed, longest] = backed_bytes(range, b->address, b->size);
     out.free_bytes += static_cast<std::int64_t>(backed);
     out.largest_free_block = std::max(out.largest_free_block, static_cast<std::int64_t>(longest));
-    if (!range.is_span && (b->prev != nullptr || b->next != nullptr)) {
+    if (!range.is_span && !range.memory_released && (b->prev != nullptr || b->next != nullptr)) {
       out.inactive_split++;
       out.inactive_split_bytes += static_cast<std::int64_t>(b->size);
     }
@@ -270,8 +275,8 @@ inline std::size_t CachingAllocator::Impl::count_range(const AddressRange& range
   if (cursor != range.end()) fail("blocks do not cover the whole range");
   if (active_blocks != range.active_blocks) fail("active block count is stale");
   if (!range.is_span) {
-    out.segment++;
-    out.reserved_bytes += static_cast<std::int64_t>(range.size);
+    out.segment++;  // a sleeping pool's segment keeps its address: still a segment
+    if (!range.memory_released) out.reserved_bytes += static_cast<std::int64_t>(range.size);
     return 0;
   }
   out.virtual_bytes += static_cast<std::int64_t>(range.size);

@@ -15,6 +15,7 @@
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
 //   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
+//   detail/pool_sleep.cpp      sleep and wake of a whole segment-heap pool (CUDA graph pools)
 //
 // The tiers are compiled as one translation unit (allocator/meson.build, Meson's unity build)
 // and their member functions are defined `inline`, as they were when the policy was one class
@@ -129,6 +130,10 @@ class CachingAllocator::Impl {
   void release_sleep_host_memory();
   std::size_t prepare_offload(std::span<const TagId> tags);
   std::size_t kept_sleep_host_bytes() const;
+  // detail/pool_sleep.cpp
+  SleepResult sleep_pool(bool offload);
+  SleepResult wake_pool();
+  bool pool_asleep() const;
   // detail/census.cpp
   AllocationInfo describe(DevicePtr ptr) const;
   std::vector<PhysicalPiece> physical_pieces(DevicePtr ptr) const;
@@ -331,6 +336,7 @@ class CachingAllocator::Impl {
 
   // Throws kInvalidArgument when `tag` is asleep: `action` ("free", ...) names the refused call.
   void refuse_if_asleep(TagId tag, DevicePtr ptr, const char* action) const {
+    if (pool_asleep_) [[unlikely]] refuse_pool_asleep(ptr, action);  // detail/pool_sleep.cpp
     if (!sleeping_tags_.empty() && sleeping_tags_.contains(tag)) refuse_asleep(tag, ptr, action);
   }
   [[noreturn]] void refuse_asleep(TagId tag, DevicePtr ptr, const char* action) const;
@@ -342,6 +348,12 @@ class CachingAllocator::Impl {
   HostBuffer take_host_buffer(std::size_t bytes);
   void release_sleep_host_memory_locked() noexcept;
   void release_sleep_state_at_exit() noexcept;
+
+  // ---- sleep and wake of the whole pool (detail/pool_sleep.cpp)
+
+  [[noreturn]] void refuse_pool_asleep(DevicePtr ptr, const char* action) const;
+  void segment_lost_memory(AddressRange& range);
+  void segment_got_memory(AddressRange& range);
 
   // ---- queries and errors (detail/census.cpp)
 
@@ -389,6 +401,9 @@ class CachingAllocator::Impl {
   // ---- sleep and wake (detail/sleep.cpp): tags asleep and their blocks; host buffers to reuse
   std::map<TagId, SleepingTag> sleeping_tags_;
   std::vector<HostBuffer> spare_host_;
+  // ---- the whole pool asleep (detail/pool_sleep.cpp): its allocated blocks, its host copy
+  bool pool_asleep_ = false;
+  SleepingTag pool_sleep_;
 
   // ---- front caches (detail/front_cache.cpp, thread_cache.hpp; docs/design.md, 5.2)
   // Lock order: mutex_ -> front_mutex_ -> a ThreadCache's mutex(); the observer's own lock sits

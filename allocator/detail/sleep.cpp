@@ -202,6 +202,8 @@ inline void CachingAllocator::Impl::release_sleep_state_at_exit() noexcept {
     if (state.host.data != nullptr) spare_host_.push_back(state.host);
     state.host = HostBuffer{};
   }
+  if (pool_sleep_.host.data != nullptr) spare_host_.push_back(pool_sleep_.host);  // pool_sleep.cpp
+  pool_sleep_.host = HostBuffer{};
   release_sleep_host_memory_locked();
 }
 
