@@ -5,6 +5,9 @@
 # and sanitizer runtimes are linked statically, and so are libstdc++, libgcc and zlib, so `ldd`
 # must show only glibc's libraries). Debug information is stripped from the copies (a crash there
 # is symbolized here against BUILD's unstripped binaries: addr2line -e BUILD/tests/fuzz/fuzz_X).
+# For a campaign whose figures name a commit, build from a clean export of it:
+#   git archive HEAD | tar -x -C /tmp/src && cd /tmp/src && FUZZ_COMMIT=$(git -C /work/main rev-parse
+#   --short HEAD) scripts/build_fuzzers.sh build-fuzz /work/main/fuzz-bin
 # With DOWNLOAD_ATHERIS=1 the atheris wheel for the device's CPython 3.12 is put next to them, for
 # the Python importer targets (the device has no network).
 #
@@ -38,7 +41,14 @@ for target in "${targets[@]}"; do
     exit 1
   fi
 done
-git rev-parse --short HEAD > "$bin/COMMIT"
+# Which sources: the commit, "-dirty" when tracked files differ from it (in a shared tree, other
+# people's uncommitted changes are compiled in), or $FUZZ_COMMIT outside a git checkout.
+if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  git diff --quiet HEAD 2>/dev/null || commit+="-dirty"
+else
+  commit=${FUZZ_COMMIT:-unknown}
+fi
+echo "$commit" > "$bin/COMMIT"
 if [[ "${DOWNLOAD_ATHERIS:-0}" == 1 ]]; then
   python -m pip download atheris --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux2014_x86_64 -d "$bin"
