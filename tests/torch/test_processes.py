@@ -306,3 +306,33 @@ def test_out_of_memory_under_the_shim_names_non_torch_memory_by_library():
         assert "needs `vramledger run`" not in text, text
         assert ("memory fraction" in text) == (where == "cap"), text
     assert result["held_bytes"] > 0.9 * result["free_before"], result
+
+
+def test_allocator_calls_during_interpreter_exit_are_served():
+    """Issue 16 (lifetime): torch frees tensors, and atexit handlers allocate and query, while the
+    interpreter exits, after modules' statics may be gone; vramledger's allocators are never
+    destroyed, so these calls are served (no use after free, no fatal message, exit status 0)."""
+    completed = run_python("""
+        import atexit, torch, vramledger
+        vramledger.install()
+        kept = [torch.ones(1 << 20, device="cuda") for _ in range(4)]   # freed during exit
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            other = torch.empty(1 << 22, device="cuda")
+        other.record_stream(torch.cuda.current_stream())
+
+        def at_exit():
+            x = torch.empty(1 << 20, device="cuda")
+            x.fill_(1.0)
+            total = float(x.sum())
+            del x
+            torch.cuda.empty_cache()
+            print("AT EXIT", total, torch.cuda.memory_allocated() > 0, flush=True)
+
+        atexit.register(at_exit)
+        print("RUNNING", flush=True)
+    """)
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 0, output
+    assert "AT EXIT 1048576.0 True" in completed.stdout, output
+    assert "fatal" not in output, output
