@@ -12,7 +12,9 @@
 # A target gets JOBS independent libFuzzer processes sharing one corpus folder (each reads what the
 # others add), each with its share of --runs; a process stops at its share or at --time seconds.
 # Cores are shared by weight (the allocation API target is ~20 times slower per execution than
-# the readers); --jobs NAME=N,... overrides. A failure stops only its process; its input is kept.
+# the readers); --jobs NAME=N,... overrides; a core freed early (a reader reached its share) runs
+# one more allocation ops process for the time left. A failure stops only its process; its input
+# is kept.
 #
 #   scripts/fuzz_campaign.sh [--bin fuzz-bin] [--out DIR] [--time 500] [--runs 10000000]
 #                            [--cores $(nproc)] [--only NAME,...] [--jobs NAME=N,...]
@@ -94,25 +96,46 @@ for pair in "${pairs[@]}"; do [[ "$pair" == *=* ]] && jobs[${pair%%=*}]=${pair#*
 
 echo "fuzz_campaign: ${#names[@]} target(s) on $cores core(s) for up to $seconds s, $runs executions each; work folder $work"
 start=$(date +%s)
-pids=()
+deadline=$((start + seconds))
+declare -A started=() share=() target_of=()
+# Starts process number started[NAME] of a target, for `limit` seconds.
+launch() {
+  local name=$1 limit=$2 k=${started[$1]:-0}
+  local command
+  if [[ ${kind[$name]} == cpp ]]; then
+    command=("$bin/fuzz_$name" -rss_limit_mb=2048 -malloc_limit_mb=32 -timeout=60)
+  else
+    command=("$python" "$root/tests/fuzz/python/fuzz_$name.py" -rss_limit_mb=4096 -timeout=60)
+  fi
+  # shellcheck disable=SC2206
+  command+=(${extra[$name]:-} -runs="${share[$name]}" -max_total_time="$limit" -print_final_stats=1
+            -artifact_prefix="$out/artifacts/$name/" "$work/$name/corpus" "$root/tests/fuzz/corpus/$name")
+  ( cd "$work/$name" && timeout $((limit + 120)) "${command[@]}" >"job-$k.log" 2>&1
+    echo $? >"job-$k.rc"; date +%s >"job-$k.end" ) &
+  target_of[$!]=$name
+  started[$name]=$((k + 1))
+}
 for name in "${names[@]}"; do
   mkdir -p "$work/$name/corpus" "$out/artifacts/$name"
-  share=$(( (runs + jobs[$name] - 1) / jobs[$name] ))
-  for ((k = 0; k < jobs[$name]; k++)); do
-    if [[ ${kind[$name]} == cpp ]]; then
-      command=("$bin/fuzz_$name" -rss_limit_mb=2048 -malloc_limit_mb=32 -timeout=60)
-    else
-      command=("$python" "$root/tests/fuzz/python/fuzz_$name.py" -rss_limit_mb=4096 -timeout=60)
-    fi
-    # shellcheck disable=SC2206
-    command+=(${extra[$name]:-} -runs="$share" -max_total_time="$seconds" -print_final_stats=1
-              -artifact_prefix="$out/artifacts/$name/" "$work/$name/corpus" "$root/tests/fuzz/corpus/$name")
-    ( cd "$work/$name" && timeout $((seconds + 120)) "${command[@]}" >"job-$k.log" 2>&1
-      echo $? >"job-$k.rc"; date +%s >"job-$k.end" ) &
-    pids+=($!)
-  done
+  share[$name]=$(( (runs + jobs[$name] - 1) / jobs[$name] ))
+  for ((k = 0; k < jobs[$name]; k++)); do launch "$name" "$seconds"; done
 done
-wait "${pids[@]}"
+# A core freed early (a fast reader reached its share) goes to the slowest target, allocation
+# ops, for the time that is left: more of its executions in the same wall time.
+backfill=""
+[[ -n "${kind[allocation_ops]:-}" && " ${names[*]} " == *" allocation_ops "* ]] && backfill=allocation_ops
+while ((${#target_of[@]})); do
+  finished=""
+  wait -n -p finished "${!target_of[@]}" || true
+  [[ -n "$finished" ]] || break
+  name=${target_of[$finished]}
+  unset "target_of[$finished]"
+  left=$((deadline - $(date +%s)))
+  if [[ -n "$backfill" && "$name" != "$backfill" ]] && ((left > 60)); then
+    launch "$backfill" "$left"
+  fi
+done
+wait
 
 # Minimized corpora (new seeds worth keeping), bounded in time.
 for name in "${names[@]}"; do
@@ -135,14 +158,14 @@ summary="$out/summary.md"
   echo
   echo "binaries: $bin (commit $(cat "$bin/COMMIT" 2>/dev/null || echo unknown)); --time $seconds --runs $runs"
   echo
-  echo "| target | jobs | executions | wall s | exec/s | edges (max of jobs) | failures | >= $runs |"
+  echo "| target | processes | executions | wall s | exec/s | edges (max of jobs) | failures | >= $runs |"
   echo "|---|---|---|---|---|---|---|---|"
 } >"$summary"
 status=0
 for name in "${names[@]}"; do
   executions=0 edges=0 failures=0 end=$start
   : >"$out/$name.log"
-  for ((k = 0; k < jobs[$name]; k++)); do
+  for ((k = 0; k < started[$name]; k++)); do
     log="$work/$name/job-$k.log"
     n=$(grep -a '^stat::number_of_executed_units:' "$log" | awk '{print $2}' | tail -1)
     [[ -n "$n" ]] || n=$(grep -aoE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
@@ -158,7 +181,7 @@ for name in "${names[@]}"; do
   wall=$((end - start)); ((wall > 0)) || wall=1
   reached=no; ((executions >= runs)) && reached=yes
   ((failures)) && status=1
-  echo "| $name | ${jobs[$name]} | $executions | $wall | $((executions / wall)) | $edges | $failures | $reached |" >>"$summary"
+  echo "| $name | ${started[$name]} | $executions | $wall | $((executions / wall)) | $edges | $failures | $reached |" >>"$summary"
 done
 echo >>"$summary"
 echo "failing inputs: $(find "$out/artifacts" -type f | wc -l) file(s) under artifacts/; minimized corpora: corpora.tar.gz" >>"$summary"
