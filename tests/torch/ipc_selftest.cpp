@@ -9,6 +9,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -124,6 +125,32 @@ TEST(IpcFdServer, OfferedDescriptorsArriveAndOthersAreRefused) {
   for (int fd : received) ::close(fd);
   withdraw_fd(pipe_fds[0]);
   for (int fd : {pipe_fds[0], pipe_fds[1], other[0], other[1]}) ::close(fd);
+}
+
+// The same between two processes: a forked child fetches its parent's descriptor and reads what
+// the parent wrote into the pipe behind it.
+TEST(IpcFdServer, AnotherProcessFetchesTheDescriptor) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  ASSERT_TRUE(offer_fd(pipe_fds[0]).is_ok());
+  ASSERT_EQ(::write(pipe_fds[1], "from parent", 11), 11);
+  const auto parent = static_cast<std::uint32_t>(::getpid());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only sockets and reads here: the child of a threaded process
+    ::close(pipe_fds[0]);  // its inherited copy: the one it reads must come through the socket
+    std::vector<int> received;
+    if (!fetch_fds(parent, {pipe_fds[0]}, &received).is_ok() || received.size() != 1) _exit(2);
+    char text[12] = {};
+    if (::read(received[0], text, 11) != 11 || std::string(text) != "from parent") _exit(3);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  withdraw_fd(pipe_fds[0]);
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
 }
 
 IpcHandle malloc_handle(char fill) { return {IpcHandleKind::kCudaMalloc, raw_handle(fill)}; }
