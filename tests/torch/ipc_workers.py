@@ -195,7 +195,7 @@ def consumer(tensors, control, conf):
         control.send(("error", f"consumer: {type(error).__name__}: {error}"))
 
 
-def _recv(conn, who, timeout=120):
+def _recv(conn, who, timeout=60):
     if not conn.poll(timeout):
         raise TimeoutError(f"{who}: no message within {timeout} s")
     kind, payload = conn.recv()
@@ -232,7 +232,7 @@ def run(scenario, producer_conf, consumer_conf):
                 os.kill(prod.pid, signal.SIGKILL)
             else:
                 p_here.send("exit")
-            prod.join(timeout=60)
+            prod.join(timeout=30)
             time.sleep(1.0)
             out["device_used_producer_gone"] = nvml.device_used()
             c_here.send("release")
@@ -240,14 +240,14 @@ def run(scenario, producer_conf, consumer_conf):
         else:
             c_here.send("release")
             kind, out["consumer_release"] = _recv(c_here, "consumer")
-            cons.join(timeout=60)  # the consumer exits first
+            cons.join(timeout=30)  # the consumer exits first
             p_here.send("check")
             kind, out["producer"] = _recv(p_here, "producer")
     except Exception as error:
         out["error"] = f"{type(error).__name__}: {error}"
     finally:
         for process in (prod, cons):
-            process.join(timeout=60)
+            process.join(timeout=30)
             if process.is_alive():
                 process.kill()
                 process.join()

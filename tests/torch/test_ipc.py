@@ -26,7 +26,7 @@ MIB = 1 << 20
 SETTLE_SLACK = 64 * MIB
 
 
-def run_case(scenario, producer_conf, consumer_conf, timeout=240, env=None):
+def run_case(scenario, producer_conf, consumer_conf, timeout=150, env=None):
     code = f"""
 import sys
 sys.path.insert(0, {HERE!r})
