@@ -557,33 +557,37 @@ TEST(PagedHeapCrossStreamSlack, GrowsWithinTheSlackInsteadOfTakingAnotherStreams
   }
 }
 
-// place_by_mapped_pages: an allocation that would need new pages at the front of a free block
-// goes where the block's mapped pages are instead, and maps nothing.
+// place_by_mapped_pages: an allocation of 8 pages or more that would need new pages at the front
+// of a free block goes where the block's mapped pages are instead, and maps nothing; a smaller
+// one stays at the front (it would leave partly used pages behind it).
 TEST(PagedHeapPlacement, AllocationGoesWhereTheMappedPagesAre) {
   for (const bool place : {false, true}) {
-    SCOPED_TRACE(place ? "placing by mapped pages" : "front of the best fit");
-    SimulatedDevice device(SimulatedDeviceOptions{});
-    Ledger ledger;
-    AllocatorOptions options;
-    options.place_by_mapped_pages = place;
-    CachingAllocator allocator(device, &ledger, options);
-    const DevicePtr base = allocator.allocate(2 * kMiB, 0);  // the span's first page, mapped
-    allocator.deallocate(base);
-    const DevicePtr mapped_run = base + 32 * kMiB;
-    allocator.deallocate(allocator.allocate_at(mapped_run, 8 * kMiB, 0));
-    const std::uint64_t maps = device.call_count(SimOp::kMapPages);
-    const DevicePtr p = allocator.allocate(8 * kMiB, 0);
-    if (place) {
-      EXPECT_EQ(p, mapped_run);
-      EXPECT_EQ(device.call_count(SimOp::kMapPages), maps) << "no page should need mapping";
-    } else {
-      EXPECT_EQ(p, base);
-      EXPECT_GT(device.call_count(SimOp::kMapPages), maps);
+    for (const std::size_t size : {16 * kMiB, 8 * kMiB}) {
+      SCOPED_TRACE(std::string(place ? "placing by mapped pages" : "front of the best fit") +
+                   ", " + std::to_string(size / kMiB) + " MiB");
+      SimulatedDevice device(SimulatedDeviceOptions{});
+      Ledger ledger;
+      AllocatorOptions options;
+      options.place_by_mapped_pages = place;
+      CachingAllocator allocator(device, &ledger, options);
+      const DevicePtr base = allocator.allocate(2 * kMiB, 0);  // the span's first page, mapped
+      allocator.deallocate(base);
+      const DevicePtr mapped_run = base + 32 * kMiB;
+      allocator.deallocate(allocator.allocate_at(mapped_run, size, 0));
+      const std::uint64_t maps = device.call_count(SimOp::kMapPages);
+      const DevicePtr p = allocator.allocate(size, 0);
+      if (place && size >= 16 * kMiB) {
+        EXPECT_EQ(p, mapped_run);
+        EXPECT_EQ(device.call_count(SimOp::kMapPages), maps) << "no page should need mapping";
+      } else {
+        EXPECT_EQ(p, base);
+        EXPECT_GT(device.call_count(SimOp::kMapPages), maps);
+      }
+      EXPECT_TRUE(device.is_range_accessible(p, size));
+      const ConsistencyReport report = check_consistency(ledger, allocator.census());
+      EXPECT_TRUE(report.ok()) << report.to_string();
+      allocator.deallocate(p);
     }
-    EXPECT_TRUE(device.is_range_accessible(p, 8 * kMiB));
-    const ConsistencyReport report = check_consistency(ledger, allocator.census());
-    EXPECT_TRUE(report.ok()) << report.to_string();
-    allocator.deallocate(p);
   }
 }
 
