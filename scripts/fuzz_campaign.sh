@@ -95,6 +95,20 @@ IFS=',' read -ra pairs <<<"$jobs_override"
 for pair in "${pairs[@]}"; do [[ "$pair" == *=* ]] && jobs[${pair%%=*}]=${pair#*=}; done
 
 echo "fuzz_campaign: ${#names[@]} target(s) on $cores core(s) for up to $seconds s, $runs executions each; work folder $work"
+# ASan of clang 14 can fail at start on kernels with 32 bits of mmap randomness (Ubuntu 24.04's
+# default): the C++ targets run with address space randomization off (setarch -R, unprivileged).
+no_aslr=()
+setarch "$(uname -m)" -R true 2>/dev/null && no_aslr=(setarch "$(uname -m)" -R)
+# Each binary must start here (a missing library, a sanitizer that cannot map its shadow): say so
+# at once rather than after the run.
+for name in "${names[@]}"; do
+  [[ ${kind[$name]} == cpp ]] || continue
+  if ! timeout 60 "${no_aslr[@]}" "$bin/fuzz_$name" -runs=0 >"$work/preflight-$name.log" 2>&1; then
+    echo "fuzz_campaign: $bin/fuzz_$name does not start here:" >&2
+    tail -n 20 "$work/preflight-$name.log" >&2
+    exit 3
+  fi
+done
 start=$(date +%s)
 deadline=$((start + seconds))
 declare -A started=() share=() target_of=()
@@ -103,7 +117,7 @@ launch() {
   local name=$1 limit=$2 k=${started[$1]:-0}
   local command
   if [[ ${kind[$name]} == cpp ]]; then
-    command=("$bin/fuzz_$name" -rss_limit_mb=2048 -malloc_limit_mb=32 -timeout=60)
+    command=("${no_aslr[@]}" "$bin/fuzz_$name" -rss_limit_mb=2048 -malloc_limit_mb=32 -timeout=60)
   else
     command=("$python" "$root/tests/fuzz/python/fuzz_$name.py" -rss_limit_mb=4096 -timeout=60)
   fi
@@ -141,7 +155,7 @@ wait
 for name in "${names[@]}"; do
   mkdir -p "$work/corpora/$name"
   if [[ ${kind[$name]} == cpp ]]; then
-    merge=("$bin/fuzz_$name" ${extra[$name]:-})
+    merge=("${no_aslr[@]}" "$bin/fuzz_$name" ${extra[$name]:-})
   else
     merge=("$python" "$root/tests/fuzz/python/fuzz_$name.py")
   fi
