@@ -36,6 +36,8 @@ void release_ipc_export(void* ptr) noexcept {
   if (driver.has_exports()) driver.release_block(reinterpret_cast<DevicePtr>(ptr));
 }
 
+std::vector<DevicePtr> ipc_exported_blocks() { return ipc_driver().exported_blocks(); }
+
 c10_alloc::ShareableHandle VramledgerAllocator::shareIpcHandle(void* ptr) {
   const std::optional<LiveAllocation> found = registry_.find(ptr);
   TORCH_CHECK(found.has_value(), "vramledger: cannot share ", ptr,

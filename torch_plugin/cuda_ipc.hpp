@@ -5,6 +5,8 @@
 // after the producer dropped the tensor, until the shared reference counter falls to zero.
 #pragma once
 
+#include <vector>
+
 #include "torch_plugin/ipc_imports.hpp"
 
 namespace vramledger::torch_plugin {
@@ -16,5 +18,10 @@ ImportedMemory& imported_memory();
 // Called as a block is freed: a paged block that was exported lets go of its chunks' file
 // descriptors (closed once no exported block uses them). One relaxed load when nothing is.
 void release_ipc_export(void* ptr) noexcept;
+
+// Paged blocks exported as file descriptors and not yet freed. Their pages must not sleep
+// (docs/sleep.md): the descriptors and the importers' mappings would keep the old memory alive
+// outside the books, and the wake would give the exporter new pages the importers never see.
+std::vector<DevicePtr> ipc_exported_blocks();
 
 }  // namespace vramledger::torch_plugin

@@ -68,6 +68,13 @@ void IpcDriver::release_block(DevicePtr block) noexcept {
   exported_blocks_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+std::vector<DevicePtr> IpcDriver::exported_blocks() {
+  std::lock_guard<std::mutex> lock(exports_mutex_);
+  std::vector<DevicePtr> blocks;
+  for (const auto& [block, handles] : blocks_) blocks.push_back(block);
+  return blocks;
+}
+
 namespace {
 
 static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes);

@@ -37,6 +37,8 @@ class IpcDriver {
   void release_block(DevicePtr block) noexcept;
   // Whether any block is exported (a free checks this first, without a lock).
   bool has_exports() const noexcept { return exported_blocks_.load(std::memory_order_relaxed) > 0; }
+  // The addresses of the blocks exported as kind 'v' and not yet freed.
+  std::vector<DevicePtr> exported_blocks();
 
   // Maps what `handle` names on `device` (either kind): its address here and its size. A handle
   // may be mapped once per process: the caller keeps one mapping per handle.

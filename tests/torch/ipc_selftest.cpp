@@ -359,6 +359,7 @@ TEST(PluginIpc, PagedBlockExportsItsChunksUntilItIsFreed) {
   EXPECT_GE(shared.offset, 0);
   EXPECT_LE(static_cast<std::uint64_t>(shared.offset) + 5 * kMiB + 4096, share.span_bytes());
   EXPECT_EQ(plugin().shareIpcHandle(p).handle, shared.handle) << "sent again: same handle";
+  EXPECT_EQ(ipc_exported_blocks(), std::vector<DevicePtr>{reinterpret_cast<DevicePtr>(p)});
   {
     std::shared_ptr<void> mapped = plugin().getIpcDevPtr(shared.handle);
     EXPECT_EQ(imported_memory().figures(0).bytes.current,
@@ -366,6 +367,7 @@ TEST(PluginIpc, PagedBlockExportsItsChunksUntilItIsFreed) {
   }
   EXPECT_EQ(imported_memory().figures(0).bytes.current, 0);
   plugin().free_block(p);
+  EXPECT_TRUE(ipc_exported_blocks().empty());
   // Its descriptors were withdrawn with the block: the handle opens no more.
   try {
     plugin().getIpcDevPtr(shared.handle);
