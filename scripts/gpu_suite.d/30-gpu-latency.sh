@@ -5,6 +5,7 @@
 #
 # Time limits: build 240 s; the run 200 s (90 s with --quick, which also shortens every case);
 # pivot 30 s. Writes $LOGS/gpu_latency.{log,json,md,svg} (and gpu_latency_build.log).
+# VRAMLEDGER_GPU_LATENCY_FILTER=REGEX runs only the matching cases (--benchmark_filter).
 gl_target=bench/gpu_latency/vramledger-bench-gpu-latency
 gl_binary="$BUILD/$gl_target"
 run_step gpu_latency_build 240 "$LOGS/gpu_latency_build.log" ninja -C "$BUILD" "$gl_target"
@@ -22,6 +23,12 @@ else
   gl_limit=200
   gl_args=(--benchmark_out="$LOGS/gpu_latency.json" --benchmark_out_format=json)
   if (( QUICK )); then gl_limit=90; gl_args+=(--quick); fi
+  # VRAMLEDGER_GPU_LATENCY_FILTER: a Google Benchmark filter, to rerun some cases only (e.g.
+  # the warm pairs and rings of vramledger and torch, without growth and the raw peers).
+  if [[ -n "${VRAMLEDGER_GPU_LATENCY_FILTER:-}" ]]; then
+    gl_args+=(--benchmark_filter="$VRAMLEDGER_GPU_LATENCY_FILTER")
+    add_summary "gpu latency: filter $VRAMLEDGER_GPU_LATENCY_FILTER"
+  fi
   rm -f "$LOGS/gpu_latency.json"
   # torch's native allocator is one of the peers: an inherited allocator setting must not
   # replace or reshape it.
