@@ -64,8 +64,12 @@ python=$(command -v python3 || true)
 if [[ -n "$python" && "$only" == *_importer* ]]; then
   if ! "$python" -c 'import atheris' 2>/dev/null; then
     wheel=$(ls "$bin"/atheris-*.whl 2>/dev/null | head -1)
-    if [[ -n "$wheel" ]] &&
-       "$python" -m pip install --quiet --no-index --no-deps --target "$work/pylib" "$wheel" >"$work/pip.log" 2>&1; then
+    if [[ -n "$wheel" ]]; then
+      # pip if this Python has it; a wheel is a zip archive of the package otherwise.
+      "$python" -m pip install --quiet --no-index --no-deps --target "$work/pylib" "$wheel" \
+          >"$work/pip.log" 2>&1 ||
+        "$python" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' \
+          "$wheel" "$work/pylib" >>"$work/pip.log" 2>&1
       export PYTHONPATH="$work/pylib${PYTHONPATH:+:$PYTHONPATH}"
     fi
   fi
