@@ -258,12 +258,16 @@ TEST_P(ConcurrencyGpuTest, SixteenThreadsOverRealStreamsLoseNoByte) {
 
   Ledger ledger;  // declared first: it outlives the allocator
   CachingAllocator allocator(*backend_, &ledger);
-  {  // warm-up: both pools and a cross-stream free, so the policy's own events exist
-    const DevicePtr small = allocator.allocate(4096, streams[0]->handle());
-    const DevicePtr large = allocator.allocate(std::size_t{8} << 20, streams[0]->handle());
-    allocator.record_stream(large, streams[1]->handle());
-    allocator.deallocate(small);
-    allocator.deallocate(large);
+  {  // warm-up: both pools, and 1,024 cross-stream frees pending at once behind 50 ms kernels, so
+     // the policy's spare events (kept until it is destroyed) are made before the NVML baseline
+    for (int i = 1; i < kStreams; ++i) VRAMLEDGER_ASSERT_OK(spin(50'000'000, streams[i]->handle()));
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 1024; ++i) {
+      blocks.push_back(allocator.allocate(i % 2 == 0 ? 4096 : (std::size_t{2} << 20),
+                                          streams[0]->handle()));
+      allocator.record_stream(blocks.back(), streams[1 + i % (kStreams - 1)]->handle());
+    }
+    for (DevicePtr ptr : blocks) allocator.deallocate(ptr);
     VRAMLEDGER_ASSERT_OK(backend_->synchronize_device());
     allocator.process_completed_frees();
     allocator.empty_cache();
