@@ -1,10 +1,15 @@
 #include "accounting/event_trace.hpp"
 
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
 
 #include "allocator/errors.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace vramledger {
 namespace {
@@ -24,11 +29,32 @@ EventTrace::EventTrace(std::size_t capacity, ClockSource clock)
       // Raw storage, not new TraceRecord[]: constructing a million records would touch every
       // page up front. TraceRecord is an implicit-lifetime aggregate, so slots come to life when
       // append() assigns them.
-      records_(capacity == 0 ? nullptr
-                                     : static_cast<TraceRecord*>(
-                                           ::operator new(capacity * sizeof(TraceRecord)))),
+      records_(capacity == 0 ? nullptr : allocate_ring(capacity)),
       clock_(clock),
       origin_(capture_clock_origin(clock)) {}
+
+TraceRecord* EventTrace::allocate_ring(std::size_t capacity) {
+  const std::size_t bytes = capacity * sizeof(TraceRecord);
+  void* ring = ::operator new(bytes, std::align_val_t{kRingAlignment});
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // Advice only: without transparent huge pages (or with them off) nothing changes. The first
+  // 2 MiB (37,449 records) keep small pages, so a short-lived ledger (a test, a fuzz input)
+  // does not zero a huge page for its few records.
+  const std::size_t advised = bytes - bytes % kRingAlignment;
+  if (advised > kRingAlignment) {
+    (void)madvise(static_cast<char*>(ring) + kRingAlignment, advised - kRingAlignment,
+                  MADV_HUGEPAGE);
+  }
+#endif
+  return static_cast<TraceRecord*>(ring);
+}
+
+void EventTrace::prefault() noexcept {
+  if (capacity_ == 0) return;
+  // Zero bytes are a valid TraceRecord (an implicit-lifetime aggregate); nothing reads a slot
+  // before append() has written it.
+  std::memset(static_cast<void*>(records_.get()), 0, capacity_ * sizeof(TraceRecord));
+}
 
 EventTrace::EventTrace(EventTrace&& other) noexcept
     : capacity_(std::exchange(other.capacity_, 0)),

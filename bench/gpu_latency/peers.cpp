@@ -63,7 +63,9 @@ VramledgerPeer::VramledgerPeer(const std::string& conf, std::shared_ptr<DeviceBa
       config_(parse_config(conf)),
       backend_(std::move(backend)),
       make_backend_(std::move(make_backend)),
-      allocator_(std::make_unique<CachingAllocator>(*backend_, &ledger_, config_.options)) {}
+      allocator_(std::make_unique<CachingAllocator>(*backend_, &ledger_, config_.options)) {
+  ledger_.prefault_trace();
+}
 
 std::unique_ptr<VramledgerPeer> VramledgerPeer::on_gpu(const std::string& backend_name,
                                                       const std::string& extra_conf) {
