@@ -41,17 +41,22 @@ inline std::array<std::int64_t, kAmountKinds> amounts_of(const AllocatorEvent& e
 // ------------------------------------------------------------------ the shard's fast path
 
 bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
+  // Field by field on purpose: the caller has just written the event field by field, and a load
+  // wider than the store it reads from (a 16-byte load of size and requested, a 2-byte load of
+  // kind and pool: what the compiler merged them into) cannot be forwarded from the stores: it
+  // waited for them to retire, a third of this function's time (perf annotate). The empty asm
+  // statements keep each field its own load.
+  auto kind = static_cast<std::uint32_t>(event.kind);
+  auto pool = static_cast<std::uint32_t>(event.pool);
+  asm("" : "+r"(kind), "+r"(pool));
+  auto size = static_cast<std::int64_t>(event.size);
+  auto requested = static_cast<std::int64_t>(event.requested);
+  asm("" : "+r"(size), "+r"(requested));
   if (staged_count_ == kStaged || event.tag != kUntagged) [[unlikely]] return false;
   const std::size_t share = share_of(event.stream);
   if (share == kStreams) [[unlikely]] return false;
-  Cell& cell = cells_[static_cast<std::size_t>(event.pool) & 1][share];
-  // Scalar on purpose: the caller has just written the event field by field, and a 16-byte load
-  // of size and requested (what the compiler made of them) cannot be forwarded from two 8-byte
-  // stores: it waited for them to retire, a third of this function's time (perf annotate).
-  auto size = static_cast<std::int64_t>(event.size);
-  auto requested = static_cast<std::int64_t>(event.requested);
-  asm("" : "+r"(size), "+r"(requested));  // two scalar loads, not one vector load
-  if (event.kind == EventKind::kAlloc) {
+  Cell& cell = cells_[pool & 1][share];
+  if (kind == static_cast<std::uint32_t>(EventKind::kAlloc)) {
     if (cell[0].credit < 1 || cell[1].credit < size || cell[2].credit < requested) {
       return false;  // nothing changed
     }
@@ -64,7 +69,7 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
     cell[2].credit -= requested;
     cell[2].delta += requested;
     cell[2].increases += requested;
-  } else if (event.kind == EventKind::kFree) {
+  } else if (kind == static_cast<std::uint32_t>(EventKind::kFree)) {
     // A decrease is always allowed, and becomes credit: the sums went down by as much.
     cell[0].credit += 1;
     cell[0].delta -= 1;
@@ -81,8 +86,8 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   record.requested = static_cast<std::size_t>(requested);
   record.stream = event.stream;
   record.ticks = read_clock(ledger_.options_.clock);
-  record.kind = event.kind;
-  record.pool = event.pool;
+  record.kind = static_cast<EventKind>(kind);
+  record.pool = static_cast<PoolKind>(pool);
   return true;
 }
 
@@ -446,7 +451,8 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
     exact = !raise_fits(event);
   } else if (event.kind == EventKind::kWake) {
     exact = true;  // raises what an allocation does (rare: take the exact path)
-  } else if (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate) {
+  } else if (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate ||
+             event.kind == EventKind::kSegmentWake) {
     // Reserved reaching its peak arms "active at peak reserved", read from the exact sum.
     const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
     exact = aggregate_current(&PoolCounters::reserved_bytes) +
