@@ -116,8 +116,10 @@ VRAMLEDGER_API int vramledger_set_oom_note(int device, const char* note);
  * copied to pinned host memory first and restored by vramledger_wake; the others come back with
  * undefined contents (a KV cache). tags, offload: comma-separated tag names as given to
  * vramledger_tag_push ("weights,kv_cache"; offload may be NULL or ""). vramledger_wake: tags NULL
- * or "" wakes every sleeping tag. Only the default pool over the VMM backend sleeps (graph
- * private pools keep their memory; docs/sleep.md says why). Returns 0 and fills *out (if not
+ * or "" wakes every sleeping tag. The tags of the default pool sleep over the VMM backend; the
+ * name "graphs" (in tags, offload, wake) stands for every CUDA graph private pool of the device,
+ * which sleeps whole (free blocks included) and wakes at the same addresses, so a captured graph
+ * replays bitwise the same (VMM backend only; docs/sleep.md). Returns 0 and fills *out (if not
  * NULL); -1 for a refusal or error (an unknown tag, a tag already asleep or not asleep, a CUDA
  * graph capture underway, a block of the tag still awaiting other streams: nothing changed);
  * -2 when a wake finds too little device memory: the tags stay asleep, nothing lost, wake again

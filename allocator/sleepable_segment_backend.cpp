@@ -1,6 +1,8 @@
 #include "allocator/sleepable_segment_backend.hpp"
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include "allocator/text_format.hpp"
 
@@ -23,10 +25,10 @@ SleepableSegmentBackend::~SleepableSegmentBackend() {
   if (segments_.empty()) return;
   (void)inner().synchronize_device();
   for (auto& [ptr, segment] : segments_) {
-    if (!segment.released && inner().unmap_pages(ptr, segment.bytes, 1).is_ok()) {
+    if (!segment.released && inner().unmap_pages(ptr, segment.mapped, 1).is_ok()) {
       (void)inner().release_physical(segment.handle);
     }
-    (void)inner().free_address_range(ptr, segment.bytes);
+    (void)inner().free_address_range(ptr, segment.mapped);
   }
 }
 
@@ -43,28 +45,28 @@ Status SleepableSegmentBackend::map_new_chunk(DevicePtr ptr, std::size_t bytes,
 
 Status SleepableSegmentBackend::allocate_segment(std::size_t bytes, StreamHandle /*stream*/,
                                                  DevicePtr* out) {
-  if (bytes == 0 || bytes % info_.granularity != 0) {
-    return {ErrorCode::kInvalidArgument,
-            "a sleepable segment of " + format_bytes_exact(bytes) +
-                " is not a positive multiple of the granularity " +
-                format_bytes_exact(info_.granularity)};
+  if (bytes == 0) return {ErrorCode::kInvalidArgument, "a segment of 0 bytes"};
+  const std::size_t granularity = info_.granularity;
+  if (bytes > SIZE_MAX - granularity) {
+    return {ErrorCode::kOutOfMemory, "no segment of " + format_bytes_exact(bytes)};
   }
+  const std::size_t mapped = (bytes + granularity - 1) / granularity * granularity;
   DevicePtr base = 0;
-  Status status = inner().reserve_address_range(bytes, &base);
+  Status status = inner().reserve_address_range(mapped, &base);
   if (!status.is_ok()) return status;
   PhysicalHandle handle = 0;
-  status = map_new_chunk(base, bytes, &handle);
+  status = map_new_chunk(base, mapped, &handle);
   if (!status.is_ok()) {
-    (void)inner().free_address_range(base, bytes);
+    (void)inner().free_address_range(base, mapped);
     return status;
   }
   try {
     std::lock_guard lock(mutex_);
-    segments_[base] = Segment{bytes, handle, false};
+    segments_[base] = Segment{bytes, mapped, handle, false};
   } catch (...) {
-    (void)inner().unmap_pages(base, bytes, 1);
+    (void)inner().unmap_pages(base, mapped, 1);
     (void)inner().release_physical(handle);
-    (void)inner().free_address_range(base, bytes);
+    (void)inner().free_address_range(base, mapped);
     return {ErrorCode::kOutOfMemory, "out of host memory recording a segment"};
   }
   *out = base;
@@ -88,14 +90,15 @@ Status SleepableSegmentBackend::free_segment(DevicePtr ptr, std::size_t bytes,
   Segment* segment = nullptr;
   Status status = find(ptr, bytes, "free_segment", &segment);
   if (!status.is_ok()) return status;
+  const std::size_t mapped = segment->mapped;
   if (!segment->released) {
     status = inner().synchronize_device();
-    if (status.is_ok()) status = inner().unmap_pages(ptr, bytes, 1);
+    if (status.is_ok()) status = inner().unmap_pages(ptr, mapped, 1);
     if (!status.is_ok()) return status;
     // Unmapped: from here on the segment is gone whatever the driver says about the rest.
     status = inner().release_physical(segment->handle);
   }
-  const Status freed = inner().free_address_range(ptr, bytes);
+  const Status freed = inner().free_address_range(ptr, mapped);
   segments_.erase(ptr);
   return status.is_ok() ? freed : status;
 }
@@ -109,13 +112,13 @@ Status SleepableSegmentBackend::release_segment_memory(DevicePtr ptr, std::size_
     return {ErrorCode::kInvalidArgument,
             "the segment at " + format_hex(ptr) + " has no memory to release (asleep already)"};
   }
-  status = inner().unmap_pages(ptr, bytes, 1);
+  status = inner().unmap_pages(ptr, segment->mapped, 1);
   if (!status.is_ok()) return status;
   status = inner().release_physical(segment->handle);
   if (!status.is_ok()) {
     // Nothing changed, as the contract asks: the chunk goes back under its address.
     const PhysicalHandle handles[1] = {segment->handle};
-    const Status remapped = inner().map_pages(ptr, bytes, handles);
+    const Status remapped = inner().map_pages(ptr, segment->mapped, handles);
     if (remapped.is_ok()) return status;
     segment->released = true;  // neither released nor mapped: the address holds nothing now
     segment->handle = 0;
@@ -136,7 +139,7 @@ Status SleepableSegmentBackend::restore_segment_memory(DevicePtr ptr, std::size_
     return {ErrorCode::kInvalidArgument,
             "the segment at " + format_hex(ptr) + " has its memory (awake already)"};
   }
-  status = map_new_chunk(ptr, bytes, &segment->handle);
+  status = map_new_chunk(ptr, segment->mapped, &segment->handle);
   if (status.is_ok()) segment->released = false;
   return status;
 }

@@ -65,4 +65,17 @@ Status CappedBackend::release_physical(PhysicalHandle handle) {
   return status;
 }
 
+Status CappedBackend::release_segment_memory(DevicePtr ptr, std::size_t bytes) {
+  Status status = inner().release_segment_memory(ptr, bytes);
+  if (status.is_ok()) budget_.give_back(bytes);
+  return status;
+}
+
+Status CappedBackend::restore_segment_memory(DevicePtr ptr, std::size_t bytes) {
+  if (!budget_.try_take(bytes)) return refused(bytes);
+  Status status = inner().restore_segment_memory(ptr, bytes);
+  if (!status.is_ok()) budget_.give_back(bytes);
+  return status;
+}
+
 }  // namespace vramledger::torch_plugin

@@ -46,6 +46,9 @@ class CappedBackend final : public ForwardingBackend {
   Status free_segment(DevicePtr ptr, std::size_t bytes, StreamHandle stream) override;
   Status create_physical(std::size_t bytes, PhysicalHandle* out) override;
   Status release_physical(PhysicalHandle handle) override;
+  // A sleeping graph pool's segment leaves the budget and must fit it again to wake.
+  Status release_segment_memory(DevicePtr ptr, std::size_t bytes) override;
+  Status restore_segment_memory(DevicePtr ptr, std::size_t bytes) override;
 
  private:
   Status refused(std::size_t bytes) const;

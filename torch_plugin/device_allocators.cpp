@@ -119,7 +119,7 @@ void DeviceAllocators::create_or_incref_pool(c10::MempoolId_t id,
 }
 
 void DeviceAllocators::create_or_incref_pool_locked(
-    c10::MempoolId_t id, std::shared_ptr<c10_alloc::CUDAAllocator> foreign) {
+    c10::MempoolId_t id, std::shared_ptr<c10_alloc::CUDAAllocator> foreign, bool graph_pool) {
   TORCH_CHECK(id.first != 0 || id.second != 0,
               "vramledger: (0, 0) names the default pool, not a private one");
   auto it = private_pools_.find(id);
@@ -129,12 +129,19 @@ void DeviceAllocators::create_or_incref_pool_locked(
     it->second->use_count++;
     return;
   }
-  DeviceBackend& segments = plain_segment_backend_locked();
+  DeviceBackend* segments = &plain_segment_backend_locked();
+  const bool sleepable = graph_pool && foreign == nullptr && graph_pools_can_sleep();
+  if (sleepable) {
+    if (!graph_segment_backend_) {
+      graph_segment_backend_ = std::make_unique<SleepableSegmentBackend>(*backend_);
+    }
+    segments = graph_segment_backend_.get();
+  }
   AllocatorOptions options = config_.options;
   options.cap_bytes = cap_bytes_;
   options.no_split = no_split_pools_.erase(id) > 0;
-  auto pool = std::make_unique<MemoryPool>(id, segments, *backend_, std::move(foreign), gate_,
-                                           options, reservation_);
+  auto pool = std::make_unique<MemoryPool>(id, *segments, *backend_, std::move(foreign), gate_,
+                                           options, reservation_, sleepable);
   pool->use_count = 1;
   pool->set_in_use(true);
   private_pools_.emplace(id, std::move(pool));
@@ -151,7 +158,7 @@ void DeviceAllocators::begin_allocate_to_pool(c10::MempoolId_t id, StreamFilter 
   for (const Route& route : routes_) {
     TORCH_CHECK(route.id != id, "vramledger: already allocating to memory pool ", pool_name(id));
   }
-  create_or_incref_pool_locked(id, nullptr);
+  create_or_incref_pool_locked(id, nullptr, /*graph_pool=*/true);
   routes_.push_back({id, std::move(filter)});
   route_count_.fetch_add(1, std::memory_order_release);
   routes_on_all_devices.fetch_add(1, std::memory_order_release);
@@ -242,6 +249,105 @@ void DeviceAllocators::empty_cache(c10::MempoolId_t id) {
   if (default_pool && !any_capture_underway()) default_pool_->policy().empty_cache();
   std::lock_guard<std::mutex> lock(pools_mutex_);
   destroy_empty_retired_locked();
+}
+
+namespace {
+void add(SleepResult& sum, const SleepResult& part) {
+  sum.blocks += part.blocks;
+  sum.bytes += part.bytes;
+  sum.offloaded_bytes += part.offloaded_bytes;
+  sum.released_bytes += part.released_bytes;
+  sum.mapped_bytes += part.mapped_bytes;
+  sum.resident_bytes += part.resident_bytes;
+}
+}  // namespace
+
+SleepResult DeviceAllocators::sleep_graph_pools(bool offload) {
+  std::lock_guard<std::mutex> lock(pools_mutex_);
+  if (!graph_pools_can_sleep()) {
+    throw Error(ErrorCode::kNotSupported,
+                "cannot sleep the CUDA graph pools: backend '" + backend_->info().name +
+                    "' has no virtual memory, so they are cudaMalloc segments that cannot give "
+                    "their memory back and keep their addresses (use backend:vmm); nothing was "
+                    "changed");
+  }
+  if (graphs_asleep_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot sleep the CUDA graph pools: they are asleep already; nothing was changed");
+  }
+  std::vector<MemoryPool*> pools;
+  for (auto& [id, pool] : private_pools_) {
+    if (pool->sleepable()) pools.push_back(pool.get());
+  }
+  for (auto& pool : retired_pools_) {
+    if (pool->sleepable()) pools.push_back(pool.get());
+  }
+  SleepResult result;
+  std::string partial;  // a pool asleep with some memory kept (its error), nothing lost
+  for (std::size_t i = 0; i < pools.size(); ++i) {
+    try {
+      add(result, pools[i]->policy().sleep_pool(offload));
+    } catch (const std::exception& error) {
+      if (pools[i]->policy().pool_asleep()) {
+        partial = error.what();
+        continue;
+      }
+      // Refused, nothing changed in this pool: the ones before it wake again.
+      for (std::size_t j = 0; j < i; ++j) {
+        try {
+          pools[j]->policy().wake_pool();
+        } catch (const std::exception&) {
+          graphs_asleep_ = true;  // still asleep, nothing lost: wake(["graphs"]) later
+        }
+      }
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot sleep CUDA graph pool " + pool_name(pools[i]->id()) + ": " +
+                      error.what() +
+                      (graphs_asleep_ ? std::string(" (and some pools slept before it could not "
+                                                    "wake again: wake([\"graphs\"]) later)")
+                                      : std::string(" (the pools slept before it woke again)")));
+    }
+  }
+  graphs_asleep_ = true;
+  if (!partial.empty()) {
+    throw Error(ErrorCode::kDriverError,
+                "the CUDA graph pools are asleep, but one kept some memory: " + partial);
+  }
+  return result;
+}
+
+SleepResult DeviceAllocators::wake_graph_pools() {
+  std::lock_guard<std::mutex> lock(pools_mutex_);
+  if (!graphs_asleep_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot wake the CUDA graph pools: they are not asleep (never put to sleep, or "
+                "woken already); nothing was changed");
+  }
+  std::vector<MemoryPool*> pools;
+  for (auto& [id, pool] : private_pools_) {
+    if (pool->sleepable() && pool->policy().pool_asleep()) pools.push_back(pool.get());
+  }
+  for (auto& pool : retired_pools_) {
+    if (pool->sleepable() && pool->policy().pool_asleep()) pools.push_back(pool.get());
+  }
+  SleepResult result;
+  for (MemoryPool* pool : pools) {
+    try {
+      add(result, pool->policy().wake_pool());
+    } catch (const OutOfMemoryError&) {
+      // As an allocation does: the default pool's cache goes back, then one more attempt.
+      default_pool_->policy().empty_cache();
+      add(result, pool->policy().wake_pool());
+    }
+  }
+  graphs_asleep_ = false;
+  destroy_empty_retired_locked();  // graphs destroyed while their pools slept
+  return result;
+}
+
+bool DeviceAllocators::graphs_asleep() const {
+  std::lock_guard<std::mutex> lock(pools_mutex_);
+  return graphs_asleep_;
 }
 
 void DeviceAllocators::set_cap(std::size_t cap_bytes) { reservation_.set_cap(cap_bytes); }

@@ -22,6 +22,7 @@
 #include "accounting/ledger.hpp"
 #include "allocator/config.hpp"
 #include "allocator/device_backend.hpp"
+#include "allocator/sleepable_segment_backend.hpp"
 #include "torch_plugin/event_gate.hpp"
 #include "torch_plugin/memory_pool.hpp"
 #include "torch_plugin/torch_history.hpp"
@@ -89,6 +90,19 @@ class DeviceAllocators {
   bool captures_underway() const { return route_count_.load(std::memory_order_acquire) > 0; }
   bool has_retired_pools() const;
 
+  // Sleep and wake of every CUDA graph pool (the name "graphs" in sleep/wake, docs/sleep.md):
+  // pools torch created for a capture (beginAllocateToPool), whose segments can sleep where
+  // the device has virtual memory; MemPool objects' pools keep cudaMalloc segments (CUDA IPC,
+  // NCCL registration) and do not sleep. sleep: kNotSupported without virtual memory,
+  // kInvalidArgument when asleep already; a pool that refuses wakes the ones slept before it.
+  // wake: kInvalidArgument when not asleep; short of memory, the default pool's cache is
+  // released and the pool tried once more (OutOfMemoryError then, nothing lost). Pools created
+  // while the graphs sleep are awake. The caller refuses during captures.
+  SleepResult sleep_graph_pools(bool offload);
+  SleepResult wake_graph_pools();
+  bool graphs_asleep() const;
+  bool graph_pools_can_sleep() const { return backend_->info().supports_virtual_memory; }
+
   // {0,0}: the default pool and every retired pool; otherwise that pool, if torch released it
   // (a pool still in use keeps its memory, as in PyTorch). Does nothing while a capture is
   // underway.
@@ -141,8 +155,10 @@ class DeviceAllocators {
   // Plain device segments (cudaMalloc), never the paged heap or a stream-ordered pool: what
   // private pools and caching-disabled requests use. Created on first use, under pools_mutex_.
   DeviceBackend& plain_segment_backend_locked();
+  // graph_pool: created by a capture (beginAllocateToPool), so on sleepable segments if it can.
   void create_or_incref_pool_locked(c10::MempoolId_t id,
-                                    std::shared_ptr<c10_alloc::CUDAAllocator> foreign);
+                                    std::shared_ptr<c10_alloc::CUDAAllocator> foreign,
+                                    bool graph_pool = false);
   void retire_locked(std::map<c10::MempoolId_t, std::unique_ptr<MemoryPool>>::iterator it);
   void destroy_empty_retired_locked();
 
@@ -150,6 +166,9 @@ class DeviceAllocators {
   const Config config_;
   std::unique_ptr<DeviceBackend> backend_;
   std::unique_ptr<DeviceBackend> pool_segment_backend_;  // cudaMalloc for private pools
+  // CUDA graph pools' segments over backend_'s virtual memory (null without it), created on
+  // first use under pools_mutex_; outlives every pool (declared before them).
+  std::unique_ptr<SleepableSegmentBackend> graph_segment_backend_;
   DeviceReservation reservation_;                  // torch's memory fraction, all pools together
   std::unique_ptr<CappedBackend> capped_backend_;  // the default pool's view of backend_
   bool paged_ = false;
@@ -165,6 +184,7 @@ class DeviceAllocators {
   std::atomic<int> route_count_{0};
   std::vector<void*> deferred_frees_;
   std::set<c10::MempoolId_t> no_split_pools_;  // said before the pool existed
+  bool graphs_asleep_ = false;                 // sleep_graph_pools; under pools_mutex_
   std::size_t cap_bytes_ = 0;
   std::atomic<std::int64_t> uncached_bytes_{0};
 };

@@ -48,6 +48,13 @@ std::string graph_pools_json(DeviceAllocators& device) {
           object.number("cached_bytes", sum.free_bytes);
           object.number("largest_free_bytes", largest);
           object.number("fragmentation_bytes", fragmentation);
+          // docs/sleep.md: graph pools sleep under the name "graphs"; asleep, reserved is 0
+          // and the live blocks' bytes are sleeping_bytes.
+          std::int64_t sleeping = 0;
+          for (const BlockCensus::PerPool& kind : census.pools) sleeping += kind.sleeping_bytes;
+          object.boolean("sleepable", pool.sleepable());
+          object.boolean("asleep", pool.policy().pool_asleep());
+          object.number("sleeping_bytes", sleeping);
         },
         /*all_pools=*/true);
   }

@@ -22,16 +22,19 @@ class MemoryPool {
   // The default pool, straight on the device backend.
   MemoryPool(DeviceBackend& backend, EventGate& gate, const AllocatorOptions& options);
   // A private pool: segments from `segments` (or from `foreign`), services from `services`.
+  // `sleepable`: `segments` is a SleepableSegmentBackend (a CUDA graph pool that can sleep).
   MemoryPool(c10::MempoolId_t id, DeviceBackend& segments, DeviceBackend& services,
              std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> foreign,
              EventGate& gate, const AllocatorOptions& options,
-             DeviceReservation& budget);
+             DeviceReservation& budget, bool sleepable = false);
   ~MemoryPool();
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
 
   c10::MempoolId_t id() const { return id_; }
   bool is_private() const { return id_.first != 0 || id_.second != 0; }
+  // A CUDA graph pool whose segments can sleep (sleep(tags=["graphs"]), docs/sleep.md).
+  bool sleepable() const { return sleepable_; }
   CachingAllocator& policy() { return *policy_; }
   const CachingAllocator& policy() const { return *policy_; }
 
@@ -50,6 +53,7 @@ class MemoryPool {
 
  private:
   c10::MempoolId_t id_{0, 0};
+  bool sleepable_ = false;
   std::unique_ptr<PrivatePoolBackend> private_backend_;  // null for the default pool
   std::unique_ptr<CappedBackend> capped_backend_;        // the device's cap over private_backend_
   PoolObserver observer_;

@@ -9,6 +9,9 @@
 //    stream-ordered pool: their fences and cudaMallocAsync calls would be recorded into the graph
 //    being captured. Or, for torch.cuda.MemPool(allocator=...), from that torch allocator (e.g. an
 //    NCCL-registered CUDAPluggableAllocator), exactly as PyTorch's own caching allocator does.
+//    CUDA graph pools on a device with virtual memory get sleepable segments instead (one
+//    reservation and one chunk each, no stream calls: SleepableSegmentBackend), so they can
+//    sleep and wake at the same addresses (docs/sleep.md).
 //
 // Streams and events are the device backend's.
 #pragma once
@@ -60,6 +63,15 @@ class PrivatePoolBackend final : public ForwardingBackend {
   }
   Status grant_peer_access(int peer_device) override {
     return DeviceBackend::grant_peer_access(peer_device);
+  }
+  // Graph pools over sleepable segments (docs/sleep.md); a foreign allocator's memory cannot.
+  Status release_segment_memory(DevicePtr ptr, std::size_t bytes) override {
+    return foreign_ ? DeviceBackend::release_segment_memory(ptr, bytes)
+                    : segments_.release_segment_memory(ptr, bytes);
+  }
+  Status restore_segment_memory(DevicePtr ptr, std::size_t bytes) override {
+    return foreign_ ? DeviceBackend::restore_segment_memory(ptr, bytes)
+                    : segments_.restore_segment_memory(ptr, bytes);
   }
 
  private:

@@ -28,10 +28,13 @@ class PrivatePoolStats {
 
   void on_event(const AllocatorEvent& event, c10::MempoolId_t pool_id) noexcept {
     if (pool_id.first == 0 && pool_id.second == 0) return;  // the default pool
-    const bool grows =
-        event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate;
-    const bool shrinks =
-        event.kind == EventKind::kSegmentRelease || event.kind == EventKind::kPhysicalRelease;
+    // A sleeping graph pool's segments hold no memory (kSegmentSleep / kSegmentWake).
+    const bool grows = event.kind == EventKind::kSegmentCreate ||
+                       event.kind == EventKind::kPhysicalCreate ||
+                       event.kind == EventKind::kSegmentWake;
+    const bool shrinks = event.kind == EventKind::kSegmentRelease ||
+                         event.kind == EventKind::kPhysicalRelease ||
+                         event.kind == EventKind::kSegmentSleep;
     if (!grows && !shrinks) return;
     PerKind* stats = nullptr;
     try {

@@ -18,6 +18,26 @@ using vramledger::TagId;
 using vramledger::torch_plugin::DeviceAllocators;
 using vramledger::torch_plugin::VramledgerAllocator;
 
+// The name that stands for every CUDA graph pool of the device in sleep and wake (docs/sleep.md).
+constexpr std::string_view kGraphs = vramledger::torch_plugin::kGraphPoolsName;
+
+// Whether the comma-separated `names` include "graphs".
+bool names_graphs(const char* names) {
+  const std::string_view text = names == nullptr ? std::string_view() : std::string_view(names);
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view name = text.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name == kGraphs) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// Tag ids of `names`, "graphs" left out (graph pools are not a tag).
 std::vector<TagId> tag_ids(const char* names, bool must_exist) {
   std::vector<TagId> ids;
   const std::string_view text = names == nullptr ? std::string_view() : std::string_view(names);
@@ -28,7 +48,7 @@ std::vector<TagId> tag_ids(const char* names, bool must_exist) {
     std::string_view name = text.substr(start, end - start);
     while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
     while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
-    if (!name.empty()) {
+    if (!name.empty() && name != kGraphs) {
       const std::optional<TagId> id = vramledger::TagRegistry::global().find(name);
       if (!id && must_exist) {
         throw vramledger::Error(vramledger::ErrorCode::kInvalidArgument,
@@ -79,17 +99,63 @@ DeviceAllocators& device_for_sleep(int device, const char* what) {
 
 namespace vramledger::torch_plugin {
 
+namespace {
+
+void add(SleepResult& sum, const SleepResult& part) {
+  sum.blocks += part.blocks;
+  sum.bytes += part.bytes;
+  sum.offloaded_bytes += part.offloaded_bytes;
+  sum.released_bytes += part.released_bytes;
+  sum.mapped_bytes += part.mapped_bytes;
+  sum.resident_bytes += part.resident_bytes;
+}
+
+}  // namespace
+
+// Tags first (the default pool), then the graph pools; a refusal of the graphs (checked ahead
+// where it can be) wakes the tags again, so nothing changes.
 SleepResult sleep_by_name(int device, const char* tags, const char* offload) {
   DeviceAllocators& state = device_for_sleep(device, "sleep");
   const std::vector<TagId> sleep_ids = tag_ids(tags, /*must_exist=*/true);
   const std::vector<TagId> offload_ids = tag_ids(offload, /*must_exist=*/true);
-  return state.default_pool().policy().sleep(sleep_ids, offload_ids);
+  const bool graphs = names_graphs(tags);
+  const bool offload_graphs = names_graphs(offload);
+  if (offload_graphs && !graphs) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot sleep: \"graphs\" is to be offloaded but is not among the tags to sleep; "
+                "nothing was changed");
+  }
+  if (!graphs) return state.default_pool().policy().sleep(sleep_ids, offload_ids);
+  if (!state.graph_pools_can_sleep() || state.graphs_asleep()) {
+    return state.sleep_graph_pools(offload_graphs);  // refuses, nothing changed
+  }
+  SleepResult result;
+  if (!sleep_ids.empty()) result = state.default_pool().policy().sleep(sleep_ids, offload_ids);
+  try {
+    add(result, state.sleep_graph_pools(offload_graphs));
+  } catch (const Error& error) {
+    if (state.graphs_asleep() || sleep_ids.empty()) throw;  // asleep, nothing lost; or no tags
+    try {
+      state.default_pool().policy().wake(sleep_ids);
+    } catch (const std::exception& again) {
+      throw Error(error.code(), std::string(error.what()) + "; the tags slept before it could "
+                                "not wake again (" + again.what() + "): wake() them later");
+    }
+    throw Error(error.code(), std::string(error.what()) + " (the tags woke again)");
+  }
+  return result;
 }
 
 SleepResult wake_by_name(int device, const char* tags) {
   DeviceAllocators& state = device_for_sleep(device, "wake");
   const std::vector<TagId> ids = tag_ids(tags, /*must_exist=*/true);
-  const SleepResult result = state.default_pool().policy().wake(ids);
+  const bool all = tags == nullptr || std::string_view(tags).find_first_not_of(" ,") ==
+                                          std::string_view::npos;
+  const bool graphs = all ? state.graphs_asleep() : names_graphs(tags);
+  if (graphs && !state.graphs_asleep()) state.wake_graph_pools();  // refuses, nothing changed
+  SleepResult result;
+  if (all || !ids.empty()) result = state.default_pool().policy().wake(ids);
+  if (graphs) add(result, state.wake_graph_pools());
   // Tensors torch freed while they slept go now (VramledgerAllocator::free_block).
   if (VramledgerAllocator* instance = VramledgerAllocator::instance()) {
     instance->process_deferred_frees();
@@ -99,6 +165,11 @@ SleepResult wake_by_name(int device, const char* tags) {
 
 std::size_t prepare_offload_by_name(int device, const char* tags) {
   DeviceAllocators& state = device_for_sleep(device, "prepare_offload");
+  if (names_graphs(tags)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "prepare_offload: \"graphs\" (the CUDA graph pools) pins its host memory in "
+                "sleep (a graph's live outputs are small); name tags only; nothing was pinned");
+  }
   const std::vector<TagId> ids = tag_ids(tags, /*must_exist=*/true);
   return state.default_pool().policy().prepare_offload(ids);
 }
@@ -111,6 +182,10 @@ std::string sleeping_tag_names(int device) {
     for (TagId tag : state->default_pool().policy().sleeping_tags()) {
       if (!text.empty()) text += ',';
       text += tag_name(tag);
+    }
+    if (state->graphs_asleep()) {
+      if (!text.empty()) text += ',';
+      text += kGraphs;
     }
   }
   return text;

@@ -1,7 +1,7 @@
 // Sleep and wake by tag name for the C API and Python (docs/sleep.md): names to tag ids, the
 // refusals only the plugin can see (vramledger not installed, a device never used, a CUDA graph
-// capture torch is running), then the default pool's CachingAllocator::sleep / wake. Graph
-// private pools are cudaMalloc segment heaps and do not sleep (docs/sleep.md says what is needed).
+// capture torch is running), then the default pool's CachingAllocator::sleep / wake; the name
+// "graphs" stands for every CUDA graph pool of the device (DeviceAllocators::sleep_graph_pools).
 #pragma once
 
 #include <string>
@@ -9,6 +9,9 @@
 #include "allocator/caching_allocator.hpp"
 
 namespace vramledger::torch_plugin {
+
+// In sleep(tags=...), offload and wake: every CUDA graph private pool of the device.
+inline constexpr const char* kGraphPoolsName = "graphs";
 
 // tags, offload: comma-separated names; an unknown name throws Error(kInvalidArgument), as do
 // the refusals above; the policy's errors (OutOfMemoryError on a wake included) pass through.

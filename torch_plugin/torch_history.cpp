@@ -29,6 +29,10 @@ bool action_of(EventKind kind, Action* action) {
     case EventKind::kSegmentRelease: *action = Action::SEGMENT_FREE; return true;
     case EventKind::kMap: *action = Action::SEGMENT_MAP; return true;
     case EventKind::kUnmap: *action = Action::SEGMENT_UNMAP; return true;
+    // A sleeping graph pool's segment loses and regains its memory at the same address, as an
+    // expandable segment unmaps and maps pages (docs/sleep.md).
+    case EventKind::kSegmentSleep: *action = Action::SEGMENT_UNMAP; return true;
+    case EventKind::kSegmentWake: *action = Action::SEGMENT_MAP; return true;
     default: return false;
   }
 }

@@ -3,8 +3,12 @@ between jobs and bring it back without re-capturing CUDA graphs:
 
     with vramledger.tag("weights"): model = load_model()          # allocate under tags
     with vramledger.tag("kv_cache"): kv = allocate_kv_cache()
-    vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])   # memory to the driver
+    vramledger.sleep(tags=["weights", "kv_cache", "graphs"], offload=["weights"])  # to the driver
     vramledger.wake()                                              # back, weights bitwise intact
+
+"graphs" names every CUDA graph private pool (torch.cuda.graph, torch.compile(mode=
+"reduce-overhead")): their memory goes back too and a captured graph replays bitwise the same
+after the wake (VMM backend; docs/sleep.md).
 
 While asleep every tensor pointer stays valid (its address stays reserved) but must not be used:
 freeing a sleeping tensor or allocating under a sleeping tag raises. The functions reach
@@ -99,9 +103,11 @@ def sleep(tags: Iterable[str], offload: Optional[Iterable[str]] = None,
     """Gives the physical memory of every live allocation under `tags` back to the driver.
 
     Waits for the device first. Tags in `offload` (each also in `tags`) are copied to pinned host
-    memory and restored by wake(); the others come back with undefined contents. Raises
-    RuntimeError, changing nothing, for an unknown tag, a tag already asleep, or a CUDA graph
-    capture underway.
+    memory and restored by wake(); the others come back with undefined contents. The name
+    "graphs" stands for every CUDA graph private pool of the device: all of their memory goes
+    back and comes back at the same addresses (in `offload`: the graphs' live outputs too).
+    Raises RuntimeError, changing nothing, for an unknown tag, a tag (or "graphs") already
+    asleep, "graphs" on a backend without virtual memory, or a CUDA graph capture underway.
     """
     from . import _device_index
 
@@ -112,7 +118,7 @@ def sleep(tags: Iterable[str], offload: Optional[Iterable[str]] = None,
 
 
 def wake(tags: Optional[Iterable[str]] = None, device: Any = None) -> SleepResult:
-    """Brings sleeping tags back (all of them by default) at the same addresses.
+    """Brings sleeping tags back (all of them by default, "graphs" included) at the same addresses.
 
     Raises WakeOutOfMemoryError when the device has too little free memory (nothing lost; call
     again later) and RuntimeError for a tag that is not asleep.

@@ -1,6 +1,6 @@
 // The DeviceBackend contract over every backend that runs on the CPU: the simulated device (with
 // and without virtual memory), the torch plugin's CappedBackend (the memory fraction; plain C++)
-// over it, and the routed cache's DriverSegmentBackend (preload/route/) over an in-process fake
+// over it, the sleepable segments of CUDA graph pools over it, and the routed cache's DriverSegmentBackend (preload/route/) over an in-process fake
 // driver.
 #include <cstdint>
 #include <map>
@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "allocator/simulated/simulated_device.hpp"
+#include "allocator/sleepable_segment_backend.hpp"
 #include "preload/route/driver_segment_backend.hpp"
 #include "tests/backend_contract/backend_contract.hpp"
 #include "torch_plugin/capped_backend.hpp"
@@ -132,6 +133,17 @@ class CappedFixture final : public BackendFixture {
   torch_plugin::CappedBackend capped_;
 };
 
+// CUDA graph pools' sleepable segments (one reservation and one chunk each) over the device.
+class SleepableFixture final : public BackendFixture {
+ public:
+  SleepableFixture() : segments_(device_) {}
+  DeviceBackend& backend() override { return segments_; }
+
+ private:
+  SimulatedDevice device_;
+  SleepableSegmentBackend segments_;
+};
+
 std::unique_ptr<BackendFixture> simulated(bool virtual_memory) {
   SimulatedDeviceOptions options;
   options.supports_virtual_memory = virtual_memory;
@@ -146,6 +158,10 @@ INSTANTIATE_TEST_SUITE_P(
         BackendUnderTest{"capped_simulated_vmm",
                          [](std::string*) -> std::unique_ptr<BackendFixture> {
                            return std::make_unique<CappedFixture>(std::size_t{1} << 30);
+                         }},
+        BackendUnderTest{"sleepable_segments_simulated",
+                         [](std::string*) -> std::unique_ptr<BackendFixture> {
+                           return std::make_unique<SleepableFixture>();
                          }},
         BackendUnderTest{"routed_driver_segments",
                          [](std::string*) -> std::unique_ptr<BackendFixture> {

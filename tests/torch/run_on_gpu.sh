@@ -169,7 +169,7 @@ EOF
 
 run_pytest installed-auto 120 VRAMLEDGER_TEST_CONF= -- tests/torch/test_installed.py
 run_pytest processes 200 -- tests/torch/test_bootstrap.py tests/torch/test_processes.py -s
-run_pytest sleep 180 -- tests/torch/test_sleep.py tests/torch/test_graphs.py  # sleep and wake by tag (docs/sleep.md), graph memory (docs/graphs.md)
+run_pytest sleep 300 -- tests/torch/test_sleep.py tests/torch/test_graphs.py  # sleep and wake by tag and of graph pools (docs/sleep.md; torch.compile ~1 min), graph memory (docs/graphs.md)
 if [[ $QUICK == 0 ]]; then
   run_pytest installed-cuda_malloc 90 VRAMLEDGER_TEST_CONF=backend:cuda_malloc -- tests/torch/test_installed.py
   run_pytest installed-malloc_async 90 VRAMLEDGER_TEST_CONF=backend:malloc_async -- tests/torch/test_installed.py
