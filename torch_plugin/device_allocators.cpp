@@ -115,7 +115,10 @@ MemoryPool& DeviceAllocators::private_pool_locked(c10::MempoolId_t id) {
 void DeviceAllocators::create_or_incref_pool(c10::MempoolId_t id,
                                              std::shared_ptr<c10_alloc::CUDAAllocator> foreign) {
   std::lock_guard<std::mutex> lock(pools_mutex_);
-  create_or_incref_pool_locked(id, std::move(foreign));
+  // Ids {n, 0} are the ones torch makes for a capture without a pool (graph_pool_handle(false));
+  // MemPool objects and graph_pool_handle() use {0, n}.
+  const bool graph_pool = id.first != 0 && id.second == 0;
+  create_or_incref_pool_locked(id, std::move(foreign), graph_pool);
 }
 
 void DeviceAllocators::create_or_incref_pool_locked(
