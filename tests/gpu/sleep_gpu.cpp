@@ -1,8 +1,10 @@
-// Sleep and wake by tag over the real VMM backend (issue 17, docs/sleep.md): blocks of two tags
-// (one offloaded, one discarded) and an awake neighbour, written by a kernel; after the sleep NVML
-// sees the memory gone (within the pages kept for the neighbour), after the wake the offloaded
-// blocks and the neighbour hold their pattern on the GPU, at the same addresses; the census agrees
-// with the device throughout. Skips without a GPU; the CPU side is tests/policy/sleep_test.cpp.
+// Sleep and wake by tag over the real VMM backend (issue 17, docs/sleep.md), and of a CUDA
+// graph's private pool over sleepable segments (its graph launched after the wake). By tag:
+// blocks of two tags (one offloaded, one discarded) and an awake neighbour, written by a kernel;
+// after the sleep NVML sees the memory gone (within the pages kept for the neighbour), after the
+// wake the offloaded blocks and the neighbour hold their pattern on the GPU, at the same
+// addresses; the census agrees with the device throughout. Skips without a GPU; the CPU side is
+// tests/policy/sleep_test.cpp and tests/policy/pool_sleep_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <chrono>
 
 #include "allocator/caching_allocator.hpp"
+#include "allocator/sleepable_segment_backend.hpp"
 #include "allocator/cuda/pinned_host_memory.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 #include "tests/gpu/pattern_kernels.hpp"
@@ -110,6 +113,70 @@ TEST_P(SleepGpu, MemoryGoesBackAndOffloadedBytesComeBackBitwise) {
   VRAMLEDGER_ASSERT_OK(stream.synchronize());
   for (const Block& b : blocks) allocator->deallocate(b.ptr);
   allocator.reset();
+}
+
+// A CUDA graph's private pool sleeps whole (docs/sleep.md, "graphs"): a graph captured writing
+// into a segment heap over sleepable segments, one block kept (its output) and one freed inside
+// the capture (an intermediate it writes on every launch); after sleep_pool NVML sees every
+// segment's memory go; after wake_pool the graph, launched again, writes the same bytes at the
+// same addresses.
+TEST_P(SleepGpu, AGraphPoolSleepsWholeAndItsGraphReplaysAfterTheWake) {
+  if (!backend().info().supports_virtual_memory) GTEST_SKIP() << "sleepable segments need VMM";
+  TestStream stream;
+  MismatchCounters counters;
+  VRAMLEDGER_ASSERT_OK(warm_up_kernels(stream.handle()));
+  std::string why;
+  std::unique_ptr<NvmlDelta> nvml = NvmlDelta::open(kDevice, &why);
+  auto segments = std::make_unique<SleepableSegmentBackend>(backend());
+  AllocatorOptions options;
+  options.use_paged_heap = false;
+  auto pool = std::make_unique<CachingAllocator>(*segments, nullptr, options);
+  const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream.handle());
+  constexpr std::size_t kOutput = 48 * kMiB + 8 * 1000;
+  constexpr std::size_t kScratch = 30 * kMiB;
+  ASSERT_EQ(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+  const DevicePtr output = pool->allocate(kOutput, stream.handle());
+  const DevicePtr scratch = pool->allocate(kScratch, stream.handle());
+  VRAMLEDGER_ASSERT_OK(fill_pattern(scratch, kScratch, 5, stream.handle()));
+  VRAMLEDGER_ASSERT_OK(fill_pattern(output, kOutput, 7, stream.handle()));
+  pool->deallocate(scratch);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(cuda_stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, cuda_stream), cudaSuccess);
+  VRAMLEDGER_ASSERT_OK(stream.synchronize());
+  if (nvml) VRAMLEDGER_ASSERT_OK(nvml->rebase());
+  const std::int64_t reserved = total_reserved(pool->census());
+  EXPECT_GE(reserved, static_cast<std::int64_t>(kOutput + kScratch));
+
+  const SleepResult slept = pool->sleep_pool(/*offload=*/false);
+  EXPECT_EQ(static_cast<std::int64_t>(slept.released_bytes), reserved) << "every segment, whole";
+  EXPECT_EQ(total_reserved(pool->census()), 0);
+  EXPECT_EQ(segments->released_count(), segments->segment_count());
+  if (nvml) {
+    std::int64_t delta = 0;
+    VRAMLEDGER_ASSERT_OK(nvml->delta(&delta));
+    EXPECT_NEAR(static_cast<double>(-delta), static_cast<double>(reserved), 2.0 * kMiB)
+        << "NVML sees the pool's memory go: " << mib(-delta) << " vs " << mib(reserved);
+  } else {
+    std::printf("NVML per-process figures unavailable: %s\n", why.c_str());
+  }
+
+  const SleepResult woken = pool->wake_pool();
+  EXPECT_EQ(static_cast<std::int64_t>(woken.mapped_bytes), reserved);
+  ASSERT_EQ(cudaMemsetAsync(reinterpret_cast<void*>(output), 0, kOutput, cuda_stream), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, cuda_stream), cudaSuccess);
+  VRAMLEDGER_ASSERT_OK(counters.reset());
+  VRAMLEDGER_ASSERT_OK(count_mismatches(output, kOutput, 7, stream.handle(), counters.at(0)));
+  VRAMLEDGER_ASSERT_OK(stream.synchronize());
+  EXPECT_EQ(counters.total(), 0u) << "the graph wrote its output again after the wake";
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  pool->deallocate(output);
+  pool.reset();
+  EXPECT_EQ(segments->segment_count(), 0u) << "every segment went back with the pool";
+  segments.reset();
 }
 
 // Both ways of pinning host memory for offloading (pinned_host_memory.hpp) give memory the device

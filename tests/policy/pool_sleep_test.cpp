@@ -41,7 +41,8 @@ std::string message_of(const std::function<void()>& call, ErrorCode* code = null
 
 class PoolSleep : public testing::Test {
  protected:
-  PoolSleep() : device_(options()), segments_(device_), pool_(segments_, &ledger_, segment_heap()) {}
+  PoolSleep()
+      : device_(options()), segments_(device_), pool_(segments_, &ledger_, segment_heap()) {}
   static SimulatedDeviceOptions options() {
     SimulatedDeviceOptions o;
     o.capacity_bytes = 256 * kMiB;
