@@ -2,7 +2,7 @@
 
 For each allocator, in a fresh interpreter: a model of --weights-gib of bf16 weights (offloaded
 to pinned host memory on sleep) and a --kv-gib KV cache (discarded), a CUDA graph captured over
-the model; then --rounds of sleep + wake, each measured (wall time around the call, device
+the model (vramledger sleeps its private pool too: tag "graphs"); then --rounds of sleep + wake, each measured (wall time around the call, device
 synchronised on both sides) with the process's memory from NVML before and while asleep; after
 every wake: weights bitwise intact, the graph's replay bitwise identical, the cache writable.
 Prints a Markdown table (and --json-out PATH: every figure) with the device, torch and commit.
@@ -81,7 +81,9 @@ def worker(args) -> dict:
 
         vramledger.install()
         regions = (lambda: vramledger.tag("weights"), lambda: vramledger.tag("kv_cache"))
-        sleep = lambda: vramledger.sleep(tags=["weights", "kv_cache"], offload=["weights"])  # noqa: E731
+        # "graphs": the captured graph's private pool sleeps too (torch_memory_saver keeps it).
+        sleep = lambda: vramledger.sleep(  # noqa: E731
+            tags=["weights", "kv_cache", "graphs"], offload=["weights"])
         wake = vramledger.wake
         if args.worker == "vramledger-prepared":
             prepare = lambda: vramledger.prepare_offload(["weights"])  # noqa: E731
