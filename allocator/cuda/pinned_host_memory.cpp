@@ -35,11 +35,13 @@ std::map<void*, std::size_t>& registered() {
 
 }  // namespace
 
+// The default is register: on the H200 (bench/sleep, 2026-12-01, 1af113d) the first sleep that
+// offloads 8 GiB took 0.62 s with it against 3.61 s with cudaHostAlloc, the copy alone ~0.2 s.
 PinMethod pin_method_from_environment() {
   const char* value = std::getenv("VRAMLEDGER_SLEEP_PIN");
   const std::string_view text = value == nullptr ? std::string_view() : std::string_view(value);
-  if (text.empty() || text == "host_alloc") return PinMethod::kHostAlloc;
-  if (text == "register") return PinMethod::kRegister;
+  if (text.empty() || text == "register") return PinMethod::kRegister;
+  if (text == "host_alloc") return PinMethod::kHostAlloc;
   throw Error(ErrorCode::kInvalidArgument,
               "VRAMLEDGER_SLEEP_PIN='" + std::string(text) +
                   "': expected 'host_alloc' (cudaHostAlloc) or 'register' (huge pages faulted "
