@@ -30,7 +30,9 @@ class GraphPool:
     reserved_bytes: device memory the pool holds; live_bytes: its allocated blocks (graph
     outputs and intermediates kept alive); cached_bytes: its free blocks (a replay writes its
     temporaries there, so they stay while the graph lives); fragmentation_bytes: cached bytes
-    outside the largest free block of their size class."""
+    outside the largest free block of their size class. sleepable: a CUDA graph pool that
+    sleep(tags=["graphs"]) puts to sleep (docs/sleep.md); asleep: it sleeps now (reserved_bytes
+    0, its live blocks' bytes in sleeping_bytes)."""
 
     id: Tuple[int, int]
     use_count: int
@@ -42,6 +44,16 @@ class GraphPool:
     cached_bytes: int
     largest_free_bytes: int
     fragmentation_bytes: int
+    sleepable: bool = False
+    asleep: bool = False
+    sleeping_bytes: int = 0
+
+    @classmethod
+    def from_json(cls, pool: dict) -> "GraphPool":
+        """From one object of vramledger_graph_pools(); keys a newer plugin adds are ignored."""
+        known = {name for name in cls.__dataclass_fields__}
+        return cls(**{key: value for key, value in dict(pool, id=tuple(pool["id"])).items()
+                      if key in known})
 
 
 def graph_pools(device: Any = None) -> List[GraphPool]:
@@ -60,7 +72,7 @@ def graph_pools(device: Any = None) -> List[GraphPool]:
     buffer = ctypes.create_string_buffer(length + 1)
     lib.vramledger_graph_pools(index, buffer, length + 1)
     pools = json.loads(buffer.raw[:length].decode() or "[]")
-    return [GraphPool(**dict(pool, id=tuple(pool["id"]))) for pool in pools]
+    return [GraphPool.from_json(pool) for pool in pools]
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,20 @@ class MemoryProfileTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             profile.result(budget_bytes=40 * GIB, graph_bytes=-1)
 
+    def test_graph_pool_figures_read_sleep_fields_and_skip_unknown_keys(self) -> None:
+        from vramledger.graph_memory import GraphPool
+
+        figures = {"id": [23, 0], "use_count": 1, "segments": 2, "blocks": 1,
+                   "reserved_bytes": 0, "live_bytes": 0, "requested_bytes": 0,
+                   "cached_bytes": 0, "largest_free_bytes": 0, "fragmentation_bytes": 0}
+        old = GraphPool.from_json(figures)  # a plugin from before graph pools slept
+        self.assertEqual((old.id, old.sleepable, old.asleep, old.sleeping_bytes),
+                         ((23, 0), False, False, 0))
+        asleep = GraphPool.from_json(dict(figures, sleepable=True, asleep=True,
+                                          sleeping_bytes=6 * MIB, added_later=1))
+        self.assertTrue(asleep.sleepable and asleep.asleep)
+        self.assertEqual(asleep.sleeping_bytes, 6 * MIB)
+
     def test_context_manager_and_phase_errors(self) -> None:
         device = FakeDevice(context=612 * MIB, neighbours=0)
         with memory_profile(stats_fn=device.stats, reset_peaks_fn=device.reset_peaks,

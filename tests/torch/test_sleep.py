@@ -164,7 +164,7 @@ def test_graph_pools_sleep_and_the_graph_replays_bitwise():
     torch.cuda.synchronize()
     expected = output.clone()
     pools = vramledger.graph_pools()
-    graph_bytes = sum(p["reserved_bytes"] for p in pools)
+    graph_bytes = sum(p.reserved_bytes for p in pools)
     errors = {}
     def expect_error(name, call, kind=RuntimeError):
         try:
@@ -202,9 +202,9 @@ def test_graph_pools_sleep_and_the_graph_replays_bitwise():
     print(json.dumps(dict(
         identical=bool(torch.equal(output.view(torch.int32), expected.view(torch.int32))),
         graph_bytes=graph_bytes, pools=len(pools),
-        sleepable=all(p["sleepable"] for p in pools),
-        asleep_pools=[p["asleep"] for p in pools_asleep],
-        asleep_reserved=sum(p["reserved_bytes"] for p in pools_asleep),
+        sleepable=all(p.sleepable for p in pools),
+        asleep_pools=[p.asleep for p in pools_asleep],
+        asleep_reserved=sum(p.reserved_bytes for p in pools_asleep),
         released=before - asleep, freed_by_driver=free_asleep - free_before,
         released_bytes=slept.released_bytes, woken_blocks=woken.blocks, slept_blocks=slept.blocks,
         tags=tags, errors=errors, sleeping_stat=stats["sleeping_bytes"]["all"]["current"],
@@ -266,8 +266,8 @@ def test_torch_compile_reduce_overhead_sleeps_and_replays_bitwise():
     torch.cuda.synchronize()
     print(json.dumps(dict(
         identical=bool(torch.equal(again.view(torch.int32), expected.view(torch.int32))),
-        pools=len(pools), graph_bytes=sum(p["reserved_bytes"] for p in pools),
-        sleepable=all(p["sleepable"] for p in pools), freed=free_asleep - free_before,
+        pools=len(pools), graph_bytes=sum(p.reserved_bytes for p in pools),
+        sleepable=all(p.sleepable for p in pools), freed=free_asleep - free_before,
         released_bytes=slept.released_bytes)))
     """, timeout=300)
     if "skip" in out:
