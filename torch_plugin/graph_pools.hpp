@@ -13,7 +13,11 @@
 //                         (small, large): free, yet a request larger than that block would
 //                         need a new segment
 //
-// reserved_bytes == live_bytes + cached_bytes for a segment-heap pool (every private pool).
+//   sleepable, asleep     a CUDA graph pool that sleeps under the name "graphs" (docs/sleep.md);
+//   sleeping_bytes        whether it sleeps now; its live blocks' bytes while it does
+//
+// reserved_bytes == live_bytes + cached_bytes for a segment-heap pool (every private pool); all
+// three are 0 while it sleeps.
 #pragma once
 
 #include <string>
