@@ -194,7 +194,9 @@ class Run {
   }
   static LedgerOptions ledger_options() {
     LedgerOptions options;
-    options.trace_capacity = 256;  // the trace is not what is fuzzed here
+    // No trace: it is not what is fuzzed here, and its ring is aligned to 2 MiB (for huge pages),
+    // which under ASan cost a 2 MiB mapping per input (353 instead of 533 executions per CPU s).
+    options.trace_capacity = 0;
     options.abort_on_inconsistency = true;
     return options;
   }
