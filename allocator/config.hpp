@@ -24,7 +24,7 @@
 //                         whose last use is still queued at a new address by mapping them there
 //   adopt_pending_frees   true | false (default true): before growing, make a stream wait on the
 //                         GPU for other streams' uses of its pending frees and reuse them
-//   place_by_mapped_pages true | false (default true): paged heap, place an allocation of 8
+//   place_by_mapped_pages true | false (default false): paged heap, place an allocation of 8
 //                         pages or more where a free block's mapped pages are
 //   front_cache_mb        per-thread front caches: freed bytes each thread keeps for itself, by
 //                         stream and exact size, MiB (0 = off, the default; docs/design.md 5.2)

@@ -25,9 +25,8 @@ Allocators:
   vramledger-nostreamorder  the same with alias_pending_pages:false,adopt_pending_frees:false:
                           the defaults before 2026-12-01 evening, where reuse waits for the CPU to
                           see the GPU finish (docs/configuration.md, issue 14)
-  vramledger-frontplaced  the same with place_by_mapped_pages:false: an allocation that needs
-                          new pages goes to the front of its free block, whatever its size (the
-                          default before 2026-12-01 night)
+  vramledger-placed       the same with place_by_mapped_pages:true: an allocation of 16 MiB or
+                          more that needs new pages goes where a free block's mapped pages are
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:

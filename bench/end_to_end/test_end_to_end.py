@@ -266,7 +266,7 @@ def test_all_identical(tmp_path, fake_python):
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-nostreamorder: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
-                       "+0.0%; vramledger-frontplaced: "
+                       "+0.0%; vramledger-placed: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-cuda_malloc: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
