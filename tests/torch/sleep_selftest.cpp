@@ -188,6 +188,23 @@ TEST(SleepCApi, GraphPoolsSleepWholeAndWakeAtTheSameAddresses) {
   EXPECT_EQ(vramledger_wake(0, "graphs", &result), -1);
   EXPECT_NE(std::string(vramledger_last_error()).find("not asleep"), std::string::npos);
 
+  // The device fills up while the graphs sleep: the wake fails with -2, nothing lost; once the
+  // squatter is freed (its memory cached by the default pool) the wake releases that cache and
+  // succeeds.
+  ASSERT_EQ(vramledger_sleep(0, "graphs", "graphs", &result), 0) << vramledger_last_error();
+  void* squatter = plugin().malloc(device.options().capacity_bytes - 24 * kMiB, 0, nullptr);
+  EXPECT_EQ(vramledger_wake(0, "graphs", &result), -2);
+  EXPECT_NE(std::string(vramledger_last_error()).find("Nothing is lost"), std::string::npos)
+      << vramledger_last_error();
+  books_match_device("wake refused");
+  plugin().free_block(squatter);
+  ASSERT_EQ(vramledger_wake(0, "graphs", &result), 0) << vramledger_last_error();
+  EXPECT_EQ(reserved(), held) << "the default pool's cache went back for the wake";
+  ASSERT_TRUE(device.read_bytes(reinterpret_cast<DevicePtr>(output), back.data(), back.size())
+                  .is_ok());
+  EXPECT_TRUE(back == pattern) << "offloaded again, back again";
+  books_match_device("woken after the squatter");
+
   // Asleep again, the graph is destroyed and its output freed: both wait for the wake, then the
   // pool goes, with every byte.
   ASSERT_EQ(vramledger_sleep(0, "graphs", nullptr, &result), 0) << vramledger_last_error();
