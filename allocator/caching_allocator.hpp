@@ -99,6 +99,17 @@ struct SleepResult {
   std::size_t released_bytes = 0;   // sleep: physical memory given back to the device
   std::size_t mapped_bytes = 0;     // wake: block bytes that had no memory and have it again
   std::size_t resident_bytes = 0;   // sleep: block bytes left on pages kept for neighbours
+
+  // Sums what several sleeps or wakes did (tags and graph pools, several pools).
+  SleepResult& operator+=(const SleepResult& other) {
+    blocks += other.blocks;
+    bytes += other.bytes;
+    offloaded_bytes += other.offloaded_bytes;
+    released_bytes += other.released_bytes;
+    mapped_bytes += other.mapped_bytes;
+    resident_bytes += other.resident_bytes;
+    return *this;
+  }
 };
 
 class CachingAllocator {

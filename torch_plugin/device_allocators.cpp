@@ -254,17 +254,6 @@ void DeviceAllocators::empty_cache(c10::MempoolId_t id) {
   destroy_empty_retired_locked();
 }
 
-namespace {
-void add(SleepResult& sum, const SleepResult& part) {
-  sum.blocks += part.blocks;
-  sum.bytes += part.bytes;
-  sum.offloaded_bytes += part.offloaded_bytes;
-  sum.released_bytes += part.released_bytes;
-  sum.mapped_bytes += part.mapped_bytes;
-  sum.resident_bytes += part.resident_bytes;
-}
-}  // namespace
-
 SleepResult DeviceAllocators::sleep_graph_pools(bool offload) {
   std::lock_guard<std::mutex> lock(pools_mutex_);
   if (!graph_pools_can_sleep()) {
@@ -289,7 +278,7 @@ SleepResult DeviceAllocators::sleep_graph_pools(bool offload) {
   std::string partial;  // a pool asleep with some memory kept (its error), nothing lost
   for (std::size_t i = 0; i < pools.size(); ++i) {
     try {
-      add(result, pools[i]->policy().sleep_pool(offload));
+      result += pools[i]->policy().sleep_pool(offload);
     } catch (const std::exception& error) {
       if (pools[i]->policy().pool_asleep()) {
         partial = error.what();
@@ -336,11 +325,11 @@ SleepResult DeviceAllocators::wake_graph_pools() {
   SleepResult result;
   for (MemoryPool* pool : pools) {
     try {
-      add(result, pool->policy().wake_pool());
+      result += pool->policy().wake_pool();
     } catch (const OutOfMemoryError&) {
       // As an allocation does: the default pool's cache goes back, then one more attempt.
       default_pool_->policy().empty_cache();
-      add(result, pool->policy().wake_pool());
+      result += pool->policy().wake_pool();
     }
   }
   graphs_asleep_ = false;

@@ -99,19 +99,6 @@ DeviceAllocators& device_for_sleep(int device, const char* what) {
 
 namespace vramledger::torch_plugin {
 
-namespace {
-
-void add(SleepResult& sum, const SleepResult& part) {
-  sum.blocks += part.blocks;
-  sum.bytes += part.bytes;
-  sum.offloaded_bytes += part.offloaded_bytes;
-  sum.released_bytes += part.released_bytes;
-  sum.mapped_bytes += part.mapped_bytes;
-  sum.resident_bytes += part.resident_bytes;
-}
-
-}  // namespace
-
 // Tags first (the default pool), then the graph pools; a refusal of the graphs (checked ahead
 // where it can be) wakes the tags again, so nothing changes.
 SleepResult sleep_by_name(int device, const char* tags, const char* offload) {
@@ -132,7 +119,7 @@ SleepResult sleep_by_name(int device, const char* tags, const char* offload) {
   SleepResult result;
   if (!sleep_ids.empty()) result = state.default_pool().policy().sleep(sleep_ids, offload_ids);
   try {
-    add(result, state.sleep_graph_pools(offload_graphs));
+    result += state.sleep_graph_pools(offload_graphs);
   } catch (const Error& error) {
     if (state.graphs_asleep() || sleep_ids.empty()) throw;  // asleep, nothing lost; or no tags
     try {
@@ -155,7 +142,7 @@ SleepResult wake_by_name(int device, const char* tags) {
   if (graphs && !state.graphs_asleep()) state.wake_graph_pools();  // refuses, nothing changed
   SleepResult result;
   if (all || !ids.empty()) result = state.default_pool().policy().wake(ids);
-  if (graphs) add(result, state.wake_graph_pools());
+  if (graphs) result += state.wake_graph_pools();
   // Tensors torch freed while they slept go now (VramledgerAllocator::free_block).
   if (VramledgerAllocator* instance = VramledgerAllocator::instance()) {
     instance->process_deferred_frees();
