@@ -176,6 +176,9 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   const bool adopt = cache->worth_adopting(size);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   std::lock_guard lock(mutex_);
+  // A shedding cache serves nothing: its parked blocks go back too, before the heap looks for
+  // memory they hold (on the VMM backend they would otherwise cost new pages and mappings).
+  if (cache->shedding() && cache->has_parked()) [[unlikely]] return_parked_locked(*cache);
   Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
   if (adopt && block->size <= front_max_block_) {
     std::lock_guard cache_lock(cache->mutex());
@@ -357,6 +360,20 @@ inline void CachingAllocator::Impl::flush_front_caches() {
   if (!front_enabled_) return;
   std::lock_guard lock(mutex_);
   flush_front_caches_locked(nullptr);
+}
+
+// Every parked block of one cache back to its heap.
+inline void CachingAllocator::Impl::return_parked_locked(ThreadCache& cache) {
+  std::vector<Block*> returning;
+  {
+    std::lock_guard cache_lock(cache.mutex());
+    cache.unpark_all(nullptr, [&](FrontBlock* front) {
+      returning.push_back(front->block);
+      cache.forget(front->address);
+      cache.entries.destroy(front);
+    });
+  }
+  for (Block* block : returning) return_front_block_locked(block);
 }
 
 // Every parked block (of `stream` only, unless null) back to its heap.

@@ -425,6 +425,7 @@ class CachingAllocator::Impl {
   std::size_t request_size(std::size_t bytes, std::size_t block_bytes) const;
   void return_front_block_locked(Block* block);
   void flush_front_caches_locked(const StreamHandle* stream);
+  void return_parked_locked(ThreadCache& cache);
   FrontBlock detach_front_block_locked(Block* block, const char* action);
   void retire_front_cache_locked(ThreadCache& cache);
   void retire_front_cache(const std::shared_ptr<ThreadCache>& cache);
