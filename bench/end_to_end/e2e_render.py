@@ -118,14 +118,20 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     vram = [r for r in doc["runs"] if r["status"] == "ok" and r["result"].get("vramledger_stats")]
     if vram:
         lines += ["", "## vramledger's own figures", "",
+                  "Maps, unmaps and device allocations over the whole process, then per timed step "
+                  "(after the warm-up steps).", "",
                   "| workload | allocator | backend | paged heap | device allocs | maps | unmaps |"
-                  " GMLake ratio | overhead ratio |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+                  " per timed step: maps / unmaps / device allocs | GMLake ratio | overhead ratio |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
         for run in vram:
             s = run["result"]["vramledger_stats"]
             frag = s.get("fragmentation") or {}
+            per = s.get("per_timed_step") or {}
+            per_step = (" / ".join(f"{per[k]:.1f}" for k in ("maps", "unmaps", "device_allocs"))
+                        if per else "n/a")
             lines.append(f"| {run['workload']} | {run['allocator']} | {s.get('backend')} | "
                          f"{s.get('paged_heap')} | {s.get('num_device_alloc')} | "
-                         f"{s.get('num_maps')} | {s.get('num_unmaps')} | "
+                         f"{s.get('num_maps')} | {s.get('num_unmaps')} | {per_step} | "
                          f"{common.fmt_optional(frag.get('gmlake_ratio'), '.4f')} | "
                          f"{common.fmt_optional(frag.get('overhead_ratio'), '.4f')} |")
     lines += ["", "## Failures and differences", ""]
