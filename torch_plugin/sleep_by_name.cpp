@@ -3,17 +3,25 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "accounting/tag_registry.hpp"
+#include "allocator/text_format.hpp"
+#include "torch_plugin/cuda_ipc.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
 namespace {
 
+using vramledger::AllocationInfo;
+using vramledger::CachingAllocator;
+using vramledger::DevicePtr;
+using vramledger::Error;
+using vramledger::ErrorCode;
 using vramledger::TagId;
 using vramledger::torch_plugin::DeviceAllocators;
 using vramledger::torch_plugin::VramledgerAllocator;
@@ -95,6 +103,32 @@ DeviceAllocators& device_for_sleep(int device, const char* what) {
   return *state;
 }
 
+// A tag with blocks exported by CUDA IPC must not sleep: the importers' mappings and the
+// descriptors would keep the old pages alive outside the books, and the wake would give this
+// process new pages the importers never see (docs/ipc.md). Refused before anything changes.
+void refuse_exported_blocks(DeviceAllocators& state, const std::vector<TagId>& ids) {
+  if (ids.empty()) return;
+  const CachingAllocator& policy = state.default_pool().policy();
+  std::size_t count = 0;
+  DevicePtr first = 0;
+  TagId tag = vramledger::kUntagged;
+  for (const DevicePtr block : vramledger::torch_plugin::ipc_exported_blocks()) {
+    if (!policy.owns(block)) continue;
+    const AllocationInfo info = policy.describe(block);
+    if (std::find(ids.begin(), ids.end(), info.tag) == ids.end()) continue;
+    if (count++ == 0) {
+      first = block;
+      tag = info.tag;
+    }
+  }
+  if (count == 0) return;
+  throw Error(ErrorCode::kInvalidArgument,
+              "cannot sleep tag '" + vramledger::tag_name(tag) + "': " + std::to_string(count) +
+                  " of its blocks (the first at " + vramledger::format_hex(first) +
+                  ") are shared with other processes by CUDA IPC; free them in every process "
+                  "first (docs/ipc.md); nothing was changed");
+}
+
 }  // namespace
 
 namespace vramledger::torch_plugin {
@@ -107,6 +141,7 @@ SleepResult sleep_by_name(int device, const char* tags, const char* offload) {
   const std::vector<TagId> offload_ids = tag_ids(offload, /*must_exist=*/true);
   const bool graphs = names_graphs(tags);
   const bool offload_graphs = names_graphs(offload);
+  refuse_exported_blocks(state, sleep_ids);
   if (offload_graphs && !graphs) {
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot sleep: \"graphs\" is to be offloaded but is not among the tags to sleep; "

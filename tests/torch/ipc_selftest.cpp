@@ -379,6 +379,28 @@ TEST(PluginIpc, PagedBlockExportsItsChunksUntilItIsFreed) {
   EXPECT_EQ(imported_memory().figures(0).mappings.current, 0);
 }
 
+// A tag whose blocks other processes have mapped must not sleep (the wake would give this
+// process new pages the importers never see): refused with nothing changed, allowed again once
+// the exported block is freed.
+TEST(PluginIpc, ATagWithExportedBlocksDoesNotSleep) {
+  ASSERT_EQ(vramledger_tag_push("ipc_shared"), 0);
+  void* p = plugin().malloc(3 * kMiB, 0, nullptr);
+  void* q = plugin().malloc(3 * kMiB, 0, nullptr);
+  vramledger_tag_pop();
+  (void)plugin().shareIpcHandle(p);
+  vramledger_sleep_result result{};
+  EXPECT_EQ(vramledger_sleep(0, "ipc_shared", nullptr, &result), -1);
+  const std::string why = vramledger_last_error();
+  EXPECT_NE(why.find("cannot sleep tag 'ipc_shared': 1 of its blocks"), std::string::npos) << why;
+  EXPECT_NE(why.find("CUDA IPC"), std::string::npos) << why;
+  EXPECT_EQ(result.blocks, 0u);
+  plugin().free_block(p);
+  ASSERT_EQ(vramledger_sleep(0, "ipc_shared", nullptr, &result), 0) << vramledger_last_error();
+  EXPECT_EQ(result.blocks, 1u);
+  ASSERT_EQ(vramledger_wake(0, "ipc_shared", &result), 0) << vramledger_last_error();
+  plugin().free_block(q);
+}
+
 TEST(PluginIpc, UnknownPointersAndBadHandlesAreRefused) {
   void* p = plugin().malloc(kMiB, 0, nullptr);
   plugin().free_block(p);
