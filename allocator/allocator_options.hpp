@@ -73,6 +73,12 @@ struct AllocatorOptions {
   // made more (3,978 maps and 1,149 unmaps against 3,603 and 733), so it is off
   // (docs/configuration.md).
   bool place_by_mapped_pages = false;
+  // torch plugin, VMM backend: CUDA graph private pools are built from sleepable segments (one
+  // address reservation + one physical chunk each), so sleep(tags=[..., "graphs"]) can release
+  // them and a captured graph replays after the wake. Off by default: graph pools are then
+  // cudaMalloc segments, as in PyTorch, which PyTorch's own graph tests were checked against
+  // (docs/sleep.md).
+  bool sleepable_graph_pools = false;
 };
 
 }  // namespace vramledger

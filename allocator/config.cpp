@@ -59,8 +59,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 19>& key_table() {
-  static const std::array<KeySpec, 19> table = {{
+const std::array<KeySpec, 20>& key_table() {
+  static const std::array<KeySpec, 20> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -128,6 +128,8 @@ const std::array<KeySpec, 19>& key_table() {
        &AllocatorOptions::adopt_pending_frees},
       {"place_by_mapped_pages", "place_by_mapped_pages", ValueKind::kBool, {},
        &AllocatorOptions::place_by_mapped_pages},
+      {"sleepable_graph_pools", "sleepable_graph_pools", ValueKind::kBool, {},
+       &AllocatorOptions::sleepable_graph_pools},
       {"front_cache_mb",
        "front_cache_mb",
        ValueKind::kSize,

@@ -26,6 +26,8 @@
 //                         GPU for other streams' uses of its pending frees and reuse them
 //   place_by_mapped_pages true | false (default false): paged heap, place an allocation of 8
 //                         pages or more where a free block's mapped pages are
+//   sleepable_graph_pools true | false (default false): torch plugin on the VMM backend, CUDA graph
+//                         pools that sleep(tags=[..., "graphs"]) can release (docs/sleep.md)
 //   front_cache_mb        per-thread front caches: freed bytes each thread keeps for itself, by
 //                         stream and exact size, MiB (0 = off, the default; docs/design.md 5.2)
 //

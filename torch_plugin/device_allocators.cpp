@@ -256,6 +256,12 @@ void DeviceAllocators::empty_cache(c10::MempoolId_t id) {
 
 SleepResult DeviceAllocators::sleep_graph_pools(bool offload) {
   std::lock_guard<std::mutex> lock(pools_mutex_);
+  if (!config_.options.sleepable_graph_pools) {
+    throw Error(ErrorCode::kNotSupported,
+                "cannot sleep the CUDA graph pools: they are plain cudaMalloc segments unless "
+                "vramledger is installed with sleepable_graph_pools:true (backend:vmm) before the "
+                "graphs are captured (docs/sleep.md); nothing was changed");
+  }
   if (!graph_pools_can_sleep()) {
     throw Error(ErrorCode::kNotSupported,
                 "cannot sleep the CUDA graph pools: backend '" + backend_->info().name +

@@ -101,7 +101,9 @@ class DeviceAllocators {
   SleepResult sleep_graph_pools(bool offload);
   SleepResult wake_graph_pools();
   bool graphs_asleep() const;
-  bool graph_pools_can_sleep() const { return backend_->info().supports_virtual_memory; }
+  bool graph_pools_can_sleep() const {
+    return config_.options.sleepable_graph_pools && backend_->info().supports_virtual_memory;
+  }
 
   // {0,0}: the default pool and every retired pool; otherwise that pool, if torch released it
   // (a pool still in use keeps its memory, as in PyTorch). Does nothing while a capture is

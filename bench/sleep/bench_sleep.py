@@ -79,7 +79,7 @@ def worker(args) -> dict:
     if allocator == "vramledger":
         import vramledger
 
-        vramledger.install()
+        vramledger.install("sleepable_graph_pools:true")  # so that "graphs" can sleep
         regions = (lambda: vramledger.tag("weights"), lambda: vramledger.tag("kv_cache"))
         # "graphs": the captured graph's private pool sleeps too (torch_memory_saver keeps it).
         sleep = lambda: vramledger.sleep(  # noqa: E731

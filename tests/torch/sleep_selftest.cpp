@@ -26,7 +26,8 @@ VramledgerAllocator& plugin() {
   static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
     setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
     VramledgerAllocator& created =
-        VramledgerAllocator::get_or_create("backend:simulated");  // 80 GiB, VMM
+        VramledgerAllocator::get_or_create(
+        "backend:simulated,sleepable_graph_pools:true");  // 80 GiB, VMM
     created.init(1);
     return created;
   }();

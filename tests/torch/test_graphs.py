@@ -13,7 +13,7 @@ from conftest import needs_gpu, run_python
 PRELUDE = """
 import json
 import torch, vramledger
-vramledger.install()
+vramledger.install("sleepable_graph_pools:true")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(4096, 8192), torch.nn.GELU(),
                             torch.nn.Linear(8192, 4096)).cuda().half()

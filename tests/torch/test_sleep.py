@@ -22,7 +22,7 @@ PRELUDE = f"""
 import json, sys
 sys.path.insert(0, {WORKLOAD!r})
 import torch, vramledger
-vramledger.install()
+vramledger.install("sleepable_graph_pools:true")  # "graphs" sleeps only with it
 import sleep_workload as w
 """
 
