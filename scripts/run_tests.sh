@@ -2,7 +2,7 @@
 # The project's test command. From scratch, in three build folders, every one with --werror:
 #   build-release  release, every suite (GPU tests are built when nvcc is found and skip without
 #                  a GPU)
-#   build-asan     AddressSanitizer + UndefinedBehaviorSanitizer, every suite
+#   build-asan     AddressSanitizer + UndefinedBehaviorSanitizer, every suite but python_only
 #   build-tsan     ThreadSanitizer, the 'concurrent' suite (only its executables are built)
 # then prints one closing line 'N passed, N failed, N skipped' counted from the three
 # meson-logs/testlog.json files (a build that fails to configure or compile counts as one failure;
@@ -90,8 +90,10 @@ if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import importlib.util, sys;
 fi
 VRAMLEDGER_STRESS_OPS=$stress_ops \
   phase build-release "" -- --buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}"
+# Tests in pure Python (suite python_only: nothing of the sanitized build runs in them) run in
+# the release phase only.
 VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
-  phase build-asan "--timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined
+  phase build-asan "--no-suite python_only --timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined
 VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized PHASE_SUITE=concurrent \
   phase build-tsan "--suite concurrent --timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=thread
 
