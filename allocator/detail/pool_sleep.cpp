@@ -194,16 +194,7 @@ inline SleepResult CachingAllocator::Impl::wake_pool() {
       segment_got_memory(*range);
       ++restored;
     }
-    for (const SleepingBlock& s : pool_sleep_.blocks) {
-      if (s.host_offset == SIZE_MAX) continue;
-      throw_if_error(backend_.copy_to_device(s.block->address,
-                                             static_cast<const char*>(pool_sleep_.host.data) +
-                                                 s.host_offset,
-                                             s.block->size),
-                     "restoring " + format_bytes_exact(s.block->size) + " at " +
-                         format_hex(s.block->address));
-      result.offloaded_bytes += s.block->size;
-    }
+    result.offloaded_bytes += copy_back_offloaded(pool_sleep_);
     throw_if_error(backend_.synchronize_device(), "waiting for the restoring copies");
   } catch (const std::exception& error) {
     // What this call mapped goes back: the pool stays asleep with its host copy.

@@ -178,6 +178,22 @@ inline std::size_t CachingAllocator::Impl::prepare_offload(std::span<const TagId
   return ready;
 }
 
+// Queues the copies of `state`'s offloaded blocks back from its host copy (the caller waits for
+// the device); returns their bytes. Throws at the first copy the backend refuses.
+inline std::size_t CachingAllocator::Impl::copy_back_offloaded(const SleepingTag& state) {
+  std::size_t bytes = 0;
+  for (const SleepingBlock& s : state.blocks) {
+    if (s.host_offset == SIZE_MAX) continue;
+    throw_if_error(backend_.copy_to_device(s.block->address,
+                                           static_cast<const char*>(state.host.data) + s.host_offset,
+                                           s.block->size),
+                   "restoring " + format_bytes_exact(s.block->size) + " at " +
+                       format_hex(s.block->address));
+    bytes += s.block->size;
+  }
+  return bytes;
+}
+
 inline std::size_t CachingAllocator::Impl::kept_sleep_host_bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t bytes = 0;
@@ -469,19 +485,7 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
       release_cached_locked();
       map_sleeping_blocks(blocks);
     }
-    for (TagId tag : tags) {
-      const SleepingTag& state = sleeping_tags_.at(tag);
-      for (const SleepingBlock& s : state.blocks) {
-        if (s.host_offset == SIZE_MAX) continue;
-        throw_if_error(backend_.copy_to_device(s.block->address,
-                                               static_cast<const char*>(state.host.data) +
-                                                   s.host_offset,
-                                               s.block->size),
-                       "restoring " + format_bytes_exact(s.block->size) + " at " +
-                           format_hex(s.block->address));
-        result.offloaded_bytes += s.block->size;
-      }
-    }
+    for (TagId tag : tags) result.offloaded_bytes += copy_back_offloaded(sleeping_tags_.at(tag));
     throw_if_error(backend_.synchronize_device(), "waiting for the restoring copies");
   } catch (const std::exception& error) {
     undo(error);
