@@ -85,12 +85,15 @@ if [[ ! -f "$BUILD/build.ninja" ]]; then
   fi
 fi
 echo "=== build plugin targets in $BUILD"
-# The plugin's outputs, by file (the extension's name carries the interpreter's suffix).
+# The plugin's outputs, by file (the extension's name carries the interpreter's suffix), and the
+# LD_PRELOAD shim and routing library that `vramledger run` loads (tests under `vramledger run`
+# need them staged: without them the run goes on unclassified).
 mapfile -t targets < <(meson introspect "$BUILD" --targets 2>/dev/null | "$PYTHON" -c '
 import json, os, sys
 build = os.path.realpath(sys.argv[1])
 for t in json.load(sys.stdin):
-    if t["name"] == "vramledger_torch" or t["name"].startswith("_C"):
+    if t["name"] in ("vramledger_torch", "vramledger_preload", "vramledger_route") or \
+            t["name"].startswith("_C"):
         for f in t["filename"]:
             print(os.path.relpath(os.path.realpath(f), build))' "$BUILD")
 if [[ ${#targets[@]} -eq 0 ]]; then
