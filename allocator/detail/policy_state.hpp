@@ -345,6 +345,7 @@ class CachingAllocator::Impl {
   void refresh_resident(SleepingBlock& sleeping);
   void refresh_all_resident(std::map<TagId, SleepingTag>* extra, std::span<const TagId> skip);
   void map_sleeping_blocks(const std::vector<SleepingBlock*>& blocks);
+  std::size_t copy_out_to_host(SleepingTag& state);
   std::size_t copy_back_offloaded(const SleepingTag& state);
   HostBuffer take_host_buffer(std::size_t bytes);
   void release_sleep_host_memory_locked() noexcept;

@@ -99,25 +99,13 @@ inline SleepResult CachingAllocator::Impl::sleep_pool(bool offload) {
   }
   SleepResult result;
   if (offload) {  // first: until the copies are done, nothing has changed
-    std::size_t bytes = 0;
-    for (const SleepingBlock& s : asleep.blocks) bytes += s.block->size;
-    if (bytes != 0) asleep.host = take_host_buffer(bytes);
     try {
-      std::size_t offset = 0;
-      for (SleepingBlock& s : asleep.blocks) {
-        throw_if_error(backend_.copy_to_host(static_cast<char*>(asleep.host.data) + offset,
-                                             s.block->address, s.block->size),
-                       "offloading " + format_bytes_exact(s.block->size) + " at " +
-                           format_hex(s.block->address));
-        s.host_offset = offset;
-        offset += s.block->size;
-      }
+      result.offloaded_bytes = copy_out_to_host(asleep);
       throw_if_error(backend_.synchronize_device(), "waiting for the offload copies");
     } catch (...) {
       if (asleep.host.data != nullptr) spare_host_.push_back(asleep.host);
       throw;
     }
-    result.offloaded_bytes = bytes;
   }
   // The first release tells whether these segments can sleep at all (kNotSupported on plain
   // cudaMalloc segments): nothing has changed yet.

@@ -178,6 +178,26 @@ inline std::size_t CachingAllocator::Impl::prepare_offload(std::span<const TagId
   return ready;
 }
 
+// Takes a host buffer for `state`'s blocks and queues their copies into it, noting each block's
+// offset (the caller waits for the device); returns their bytes, and takes no buffer for none.
+// Throws at the first copy the backend refuses, the buffer left in `state.host`.
+inline std::size_t CachingAllocator::Impl::copy_out_to_host(SleepingTag& state) {
+  std::size_t bytes = 0;
+  for (const SleepingBlock& s : state.blocks) bytes += s.block->size;
+  if (bytes == 0) return 0;
+  state.host = take_host_buffer(bytes);
+  std::size_t offset = 0;
+  for (SleepingBlock& s : state.blocks) {
+    throw_if_error(backend_.copy_to_host(static_cast<char*>(state.host.data) + offset,
+                                         s.block->address, s.block->size),
+                   "offloading " + format_bytes_exact(s.block->size) + " at " +
+                       format_hex(s.block->address));
+    s.host_offset = offset;
+    offset += s.block->size;
+  }
+  return bytes;
+}
+
 // Queues the copies of `state`'s offloaded blocks back from its host copy (the caller waits for
 // the device); returns their bytes. Throws at the first copy the backend refuses.
 inline std::size_t CachingAllocator::Impl::copy_back_offloaded(const SleepingTag& state) {
@@ -354,23 +374,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
     }
   };
   try {
-    for (TagId tag : offload) {
-      SleepingTag& state = asleep[tag];
-      std::size_t bytes = 0;
-      for (const SleepingBlock& s : state.blocks) bytes += s.block->size;
-      if (bytes == 0) continue;
-      state.host = take_host_buffer(bytes);
-      std::size_t offset = 0;
-      for (SleepingBlock& s : state.blocks) {
-        throw_if_error(backend_.copy_to_host(static_cast<char*>(state.host.data) + offset,
-                                             s.block->address, s.block->size),
-                       "offloading " + format_bytes_exact(s.block->size) + " at " +
-                           format_hex(s.block->address));
-        s.host_offset = offset;
-        offset += s.block->size;
-      }
-      result.offloaded_bytes += bytes;
-    }
+    for (TagId tag : offload) result.offloaded_bytes += copy_out_to_host(asleep[tag]);
     throw_if_error(backend_.synchronize_device(), "waiting for the offload copies");
   } catch (...) {
     give_back_host();
