@@ -272,13 +272,13 @@ def graph_pools(device: Any = None) -> list:
 
 
 def graph_memory_table(capture_fn: Any, batch_sizes: Any, device: Any = None,
-                       shared: bool = True, warmup: int = 1) -> Any:
+                       shared: bool = True, warmup: int = 1, stream: Any = None) -> Any:
     """Captures capture_fn(batch_size) for each size, measures the graphs' pools and gives them
     back: `table.total_bytes` is what the captures will hold, known before sizing a KV cache.
-    docs/graphs.md."""
+    stream: the engine's capture stream (default torch.cuda.graph's). docs/graphs.md."""
     from . import graph_memory as _graphs
 
-    return _graphs.graph_memory_table(capture_fn, batch_sizes, device, shared, warmup)
+    return _graphs.graph_memory_table(capture_fn, batch_sizes, device, shared, warmup, stream)
 
 
 def __getattr__(name: str) -> Any:

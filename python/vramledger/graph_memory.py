@@ -129,15 +129,19 @@ def _pool_of(handle: Any, device: Any) -> Optional[GraphPool]:
 
 
 def _capture(torch: Any, capture_fn: Callable[[Any], Any], batch_size: Any, pool: Any,
-             warmup: int) -> Tuple[Any, Any]:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up outside the capture, as torch asks
+             warmup: int, stream: Any) -> Tuple[Any, Any]:
+    graph = torch.cuda.CUDAGraph()
+    capture = torch.cuda.graph(graph, pool=pool, stream=stream)
+    # Warm up outside the capture on the capture stream itself (a side stream, as torch asks):
+    # torch gives each stream its own cuBLAS workspace (32 MiB on Hopper) the first time a matmul
+    # runs there, and one made inside a capture would live in the graph's pool for good.
+    capture_stream = capture.capture_stream
+    capture_stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(capture_stream):
         for _ in range(warmup):
             capture_fn(batch_size)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    torch.cuda.current_stream().wait_stream(capture_stream)
+    with capture:
         output = capture_fn(batch_size)
     torch.cuda.synchronize()
     return graph, output
@@ -145,12 +149,15 @@ def _capture(torch: Any, capture_fn: Callable[[Any], Any], batch_size: Any, pool
 
 def graph_memory_table(capture_fn: Callable[[Any], Any], batch_sizes: Iterable[Any],
                        device: Any = None, shared: bool = True,
-                       warmup: int = 1) -> GraphMemoryTable:
+                       warmup: int = 1, stream: Any = None) -> GraphMemoryTable:
     """Captures capture_fn(batch_size) for each batch size, measures each graph's pool, and gives
     every graph and pool back before returning (the engine then sizes its KV cache and captures
     for real). Each size is captured alone in its own pool (the rows); with `shared`, also all
     sizes into one pool in the order given (vLLM captures largest first), whose reserved bytes
-    are total_bytes. capture_fn must only read its inputs (they are made before the call)."""
+    are total_bytes. capture_fn must only read its inputs (they are made before the call).
+    stream: the stream the engine will capture on (default: torch.cuda.graph's own capture
+    stream); the warm-up runs there, so per-stream state such as the cuBLAS workspace exists
+    before the captures and is counted in neither the table nor the engine's pools."""
     import torch
 
     from . import empty_cache
@@ -161,7 +168,7 @@ def graph_memory_table(capture_fn: Callable[[Any], Any], batch_sizes: Iterable[A
     rows = []
     for size in sizes:
         handle = torch.cuda.graph_pool_handle()
-        graph, output = _capture(torch, capture_fn, size, handle, warmup)
+        graph, output = _capture(torch, capture_fn, size, handle, warmup, stream)
         pool = _pool_of(handle, device)
         if pool is None:
             raise RuntimeError(f"graph_memory_table: the pool of batch size {size!r} is not "
@@ -174,7 +181,7 @@ def graph_memory_table(capture_fn: Callable[[Any], Any], batch_sizes: Iterable[A
         handle = torch.cuda.graph_pool_handle()
         kept = []
         for i, size in enumerate(sizes):
-            kept.append(_capture(torch, capture_fn, size, handle, warmup))
+            kept.append(_capture(torch, capture_fn, size, handle, warmup, stream))
             pool = _pool_of(handle, device)
             rows[i] = replace(rows[i], shared_reserved_bytes=pool.reserved_bytes)
         total = rows[-1].shared_reserved_bytes
