@@ -144,6 +144,43 @@ def test_wake_on_a_full_device_fails_cleanly_and_works_later():
 
 
 @needs_gpu
+def test_graphs_do_not_sleep_unless_installed_with_sleepable_graph_pools():
+    # Without the option, graph pools are plain cudaMalloc segments: "graphs" is refused with the
+    # option's name, and the pool and its graph are untouched.
+    default_install = PRELUDE.replace('vramledger.install("sleepable_graph_pools:true")',
+                                      "vramledger.install()")
+    assert default_install != PRELUDE
+    result = run_python(default_install + textwrap.dedent("""
+    x = torch.ones(1 << 20, device="cuda")
+    x * 2  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = x * 2
+    torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved()
+    pools = [p.reserved_bytes for p in vramledger.graph_pools()]
+    try:
+        vramledger.sleep(tags=["graphs"])
+        error = "no error"
+    except RuntimeError as e:
+        error = str(e)
+    x.fill_(3)
+    graph.replay()
+    torch.cuda.synchronize()
+    print(json.dumps(dict(error=error, reserved_same=torch.cuda.memory_reserved() == reserved,
+                          pools_same=[p.reserved_bytes for p in vramledger.graph_pools()] == pools,
+                          pools=pools, replay_right=bool((y == 6).all()))))
+    """), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "sleepable_graph_pools:true" in out["error"], out
+    assert "nothing was changed" in out["error"], out
+    assert out["pools"] and out["pools"][0] > 0, out
+    assert out["reserved_same"] and out["pools_same"] and out["replay_right"], out
+
+
+@needs_gpu
 def test_graph_pools_sleep_and_the_graph_replays_bitwise():
     out = run("""
     memory = w.ProcessMemory(torch.cuda.current_device())
