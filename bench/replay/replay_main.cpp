@@ -1,6 +1,8 @@
 // vramledger-replay: replays workload traces against allocator policies on the simulated device
 // and prints, per trace and policy, peak reserved against peak requested — next to what the
-// recording allocator (e.g. PyTorch's own) reserved in the real run.
+// recording allocator (e.g. PyTorch's own) reserved in the real run — and the driver calls it
+// cost: creates (dev.alloc), maps and unmaps, and "steady", those of the three made by
+// operations that did not raise peak reserved (what a warm program pays at every step).
 //
 //   vramledger-replay bench/traces/corpus/*.vlt.gz
 //   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
@@ -34,6 +36,7 @@ struct Options {
   double capacity_gib = 143771.0 / 1024.0;  // an H200
   bool report = false;
   bool check = false;
+  bool timeline = false;
   std::size_t gpu_lag_ops = 0;
 };
 
@@ -62,8 +65,9 @@ double metadata_number(const WorkloadTrace& trace, const std::string& key) {
 int run(const Options& options) {
   std::vector<Config> configs;
   for (const std::string& text : options.confs) configs.push_back(parse_config(text));
-  std::printf("%-20s %-28s %14s %14s %7s %7s %9s %9s %8s\n", "trace", "policy", "peak requested",
-              "peak reserved", "ratio", "gmlake", "dev.alloc", "map+unmap", "seconds");
+  std::printf("%-20s %-28s %14s %14s %7s %7s %9s %9s %6s %8s\n", "trace", "policy",
+              "peak requested", "peak reserved", "ratio", "gmlake", "dev.alloc", "map+unmap",
+              "steady", "seconds");
   int failures = 0;
   for (const std::string& path : options.traces) {
     const WorkloadTrace trace = read_workload_trace(path);
@@ -71,9 +75,9 @@ int run(const Options& options) {
     const double torch_reserved = metadata_number(trace, "torch_peak_reserved_bytes");
     const double torch_requested = metadata_number(trace, "torch_peak_requested_bytes");
     if (torch_reserved > 0 && torch_requested > 0) {
-      std::printf("%-20s %-28s %14.0f %14.0f %7.4f %7s %9s %9s %8s\n", name.c_str(),
+      std::printf("%-20s %-28s %14.0f %14.0f %7.4f %7s %9s %9s %6s %8s\n", name.c_str(),
                   "recorded run (torch)", torch_requested, torch_reserved,
-                  torch_reserved / torch_requested, "", "", "", "");
+                  torch_reserved / torch_requested, "", "", "", "", "");
     }
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& config = configs[i];
@@ -94,13 +98,25 @@ int run(const Options& options) {
             if (lag) lag->after_operation();
           });
       lag.reset();  // the GPU catches up before the census below
-      std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %8.3f%s\n", name.c_str(),
-                  describe_policy(config, device.backend()).c_str(),
+      std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %6llu %8.3f%s\n",
+                  name.c_str(), describe_policy(config, device.backend()).c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
                   static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
                   result.gmlake_ratio, static_cast<unsigned long long>(result.device_allocations),
-                  static_cast<unsigned long long>(result.maps + result.unmaps), result.seconds,
-                  result.out_of_memory ? "  (some requests did not fit)" : "");
+                  static_cast<unsigned long long>(result.maps + result.unmaps),
+                  static_cast<unsigned long long>(result.steady_device_allocations +
+                                                  result.steady_maps + result.steady_unmaps),
+                  result.seconds, result.out_of_memory ? "  (some requests did not fit)" : "");
+      if (options.timeline) {
+        std::printf("%-20s   driver calls by tenth of the trace:", "");
+        for (std::uint64_t calls : result.calls_by_tenth) {
+          std::printf(" %llu", static_cast<unsigned long long>(calls));
+        }
+        std::printf("\n%-20s   steady: %llu creates, %llu maps, %llu unmaps\n", "",
+                    static_cast<unsigned long long>(result.steady_device_allocations),
+                    static_cast<unsigned long long>(result.steady_maps),
+                    static_cast<unsigned long long>(result.steady_unmaps));
+      }
       if (static_cast<std::size_t>(result.peak_requested_bytes) != trace.peak_requested_bytes &&
           result.out_of_memory == 0) {
         std::fprintf(stderr, "%s: ledger peak requested %lld differs from the trace's %zu\n",
@@ -144,6 +160,9 @@ int main(int argc, char** argv) {
       ->check(vramledger::capacity_gib_validator());
   app.add_flag("--report", options.report, "print the ledger's account after each trace");
   app.add_flag("--check", options.check, "check the ledger against a recount after each replay");
+  app.add_flag("--timeline", options.timeline,
+               "also print the driver calls (creates, maps, unmaps) by tenth of the trace, and "
+               "those of the steady state by kind");
   app.add_option("--gpu-lag-ops", options.gpu_lag_ops,
                  "simulated device only: the GPU runs behind the CPU, completing queued work once "
                  "every N replayed operations (0: at once)")

@@ -25,6 +25,17 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
       result.active_at_peak_reserved = all.active_bytes.current;
     }
   };
+  // Driver calls so far and peak reserved, to tell the steady state's calls from the growth's.
+  struct Calls {
+    std::int64_t creates = 0, maps = 0, unmaps = 0, peak_reserved = 0;
+  };
+  auto calls_now = [&] {
+    const LedgerCounters counters = ledger.counters();
+    return Calls{counters.num_device_alloc, counters.num_maps, counters.num_unmaps,
+                 counters.pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.peak};
+  };
+  Calls before = calls_now();
+  std::size_t op_index = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const WorkloadOp& op : trace.ops) {
     switch (op.kind) {
@@ -47,6 +58,18 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
         break;
     }
     if (after_operation) after_operation();
+    const Calls after = calls_now();
+    const auto made = static_cast<std::uint64_t>((after.creates - before.creates) +
+                                                 (after.maps - before.maps) +
+                                                 (after.unmaps - before.unmaps));
+    result.calls_by_tenth[op_index * 10 / trace.ops.size()] += made;
+    if (made > 0 && after.peak_reserved == before.peak_reserved) {
+      result.steady_device_allocations += static_cast<std::uint64_t>(after.creates - before.creates);
+      result.steady_maps += static_cast<std::uint64_t>(after.maps - before.maps);
+      result.steady_unmaps += static_cast<std::uint64_t>(after.unmaps - before.unmaps);
+    }
+    before = after;
+    ++op_index;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.operations = trace.ops.size();

@@ -26,6 +26,14 @@ struct ReplayResult {
   std::uint64_t device_frees = 0;
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
+  // The same driver calls made by operations that did not raise peak reserved: the steady
+  // state's cost (a real program pays ~20-30 us of CPU per call, every step), as opposed to the
+  // calls that build up the heap while its peak grows, which a warm program no longer makes.
+  std::uint64_t steady_device_allocations = 0;
+  std::uint64_t steady_maps = 0;
+  std::uint64_t steady_unmaps = 0;
+  // Driver calls (creates, maps, unmaps) made in each tenth of the trace's operations.
+  std::uint64_t calls_by_tenth[10] = {};
   double seconds = 0;                     // wall time of the replay loop
 };
 
