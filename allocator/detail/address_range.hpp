@@ -79,6 +79,18 @@ struct AddressRange {
     }
     return count;
   }
+  // The first page in [from, to) that is mapped (`mapped`) or not (`!mapped`), else `to`; a
+  // word of the bitmap at a time (a span's free tail runs to twice the device's pages).
+  std::size_t next_page(bool mapped, std::size_t from, std::size_t to) const {
+    const std::size_t known = mapped_bits.size() * 64;  // pages past it were never mapped
+    while (from < std::min(to, known)) {
+      std::uint64_t bits = mapped ? mapped_bits[from / 64] : ~mapped_bits[from / 64];
+      bits &= ~std::uint64_t{0} << (from % 64);
+      if (bits != 0) return std::min(to, from / 64 * 64 + std::countr_zero(bits));
+      from = from / 64 * 64 + 64;
+    }
+    return mapped ? to : std::min(to, std::max(from, known));
+  }
   void grow_pages(std::size_t page_count) {
     if (page_use.size() >= page_count) return;
     page_use.resize(page_count);

@@ -268,6 +268,9 @@ class CachingAllocator::Impl {
   Placement best_place_in(Block* candidate, std::size_t size) const;
   Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
                                                Block* best_fit) const;
+  bool idle_mapped_memory_is_plentiful(PoolKind pool) const;
+  std::optional<Placement> tightest_mapped_run(const FreeBlockIndex& index,
+                                               std::size_t size) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);
