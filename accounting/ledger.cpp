@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
+#include <type_traits>
 
 #include "accounting/cheap_clock.hpp"
 #include "accounting/counters_text.hpp"
@@ -94,10 +96,20 @@ std::string LedgerInconsistency::to_string() const {
   return text;
 }
 
+// The tag table is 128 KiB, of which a program touches the entries of the few tags it uses:
+// calloc hands out fresh pages already zero, where new[] wrote every entry (a ledger per input of
+// the allocation-ops fuzzer paid a 128 KiB memset and its page faults each time). UsageStats is an
+// aggregate of integers, so zeroed storage holds zeroed entries (an implicit-lifetime type).
+static_assert(std::is_aggregate_v<UsageStats> && std::is_trivially_copyable_v<UsageStats> &&
+              std::is_trivially_destructible_v<UsageStats>);
+void Ledger::FreeTable::operator()(UsageStats* table) const noexcept { std::free(table); }
+
 Ledger::Ledger(LedgerOptions options)
     : options_(options),
-      tags_(std::make_unique<UsageStats[]>(kMaxTags + 1)),
-      trace_(options.trace_capacity, options.clock) {}
+      tags_(static_cast<UsageStats*>(std::calloc(kMaxTags + 1, sizeof(UsageStats)))),
+      trace_(options.trace_capacity, options.clock) {
+  if (!tags_) throw std::bad_alloc();
+}
 
 Ledger::~Ledger() = default;
 
@@ -148,7 +160,7 @@ void Ledger::apply_alloc_below_peaks(const AllocatorEvent& event) noexcept {
   add(update.pool.active_bytes, size);
   add(update.pool.requested_bytes, requested);
   add(update.pool.allocated_requested_bytes, requested);
-  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tag_entry_for_update(event.tag)}) {
     add(usage->allocation, 1);
     add(usage->allocated_bytes, size);
     add(usage->requested_bytes, requested);
@@ -306,7 +318,7 @@ void Ledger::on_alloc(const AllocatorEvent& event, const PoolUpdate& update) noe
   raise(update, &PoolCounters::active, 1);
   raise(update, &PoolCounters::active_bytes, size);
   raise(update, &PoolCounters::requested_bytes, requested);
-  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tag_entry_for_update(event.tag)}) {
     usage->allocation.increase(1);
     usage->allocated_bytes.increase(size);
     usage->requested_bytes.increase(requested);
@@ -326,7 +338,7 @@ bool Ledger::on_free_requested(const AllocatorEvent& event, const PoolUpdate& up
                        lower(update, &PoolCounters::allocated_bytes, size) |
                        lower(update, &PoolCounters::allocated_requested_bytes,
                              bytes_of(event.requested));
-  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tag_entry_for_update(event.tag)}) {
     usage->allocation.current -= 1;
     usage->allocated_bytes.current -= size;
     values |= usage->allocation.current | usage->allocated_bytes.current;
@@ -340,7 +352,7 @@ bool Ledger::on_free_completed(const AllocatorEvent& event, const PoolUpdate& up
   std::int64_t values = lower(update, &PoolCounters::active, 1) |
                        lower(update, &PoolCounters::active_bytes, size) |
                        lower(update, &PoolCounters::requested_bytes, requested);
-  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tags_[tag_slot(event.tag)]}) {
+  for (UsageStats* usage : {&streams_.usage_of(event.stream), &tag_entry_for_update(event.tag)}) {
     usage->active_bytes.current -= size;
     usage->requested_bytes.current -= requested;
     values |= usage->active_bytes.current | usage->requested_bytes.current;
@@ -366,26 +378,45 @@ LedgerCounters Ledger::counters() const noexcept {
   return counters_unlocked();
 }
 
+// Every Stat of PoolCounters, as the members for_each_stat visits: counters() combines the
+// pools stat by stat in one pass (three for_each_stat passes through tables of pointers were most
+// of its cost under the sanitizers; the allocation-ops fuzz target asks after every operation).
+constexpr std::array<PoolStat, 16> kPoolStats = {
+    &PoolCounters::allocation,     &PoolCounters::active,
+    &PoolCounters::allocated_bytes, &PoolCounters::active_bytes,
+    &PoolCounters::requested_bytes, &PoolCounters::allocated_requested_bytes,
+    &PoolCounters::segment,        &PoolCounters::inactive_split,
+    &PoolCounters::reserved_bytes, &PoolCounters::inactive_split_bytes,
+    &PoolCounters::mapped_bytes,   &PoolCounters::virtual_bytes,
+    &PoolCounters::physical_bytes, &PoolCounters::sleeping,
+    &PoolCounters::sleeping_bytes, &PoolCounters::sleeping_resident_bytes};
+// None missing: as many distinct members as PoolCounters has Stats.
+static_assert(sizeof(PoolCounters) == kPoolStats.size() * sizeof(Stat));
+static_assert([] {
+  for (std::size_t i = 0; i < kPoolStats.size(); ++i) {
+    for (std::size_t j = i + 1; j < kPoolStats.size(); ++j) {
+      if (kPoolStats[i] == kPoolStats[j]) return false;
+    }
+  }
+  return true;
+}());
+
 LedgerCounters Ledger::counters_unlocked() const noexcept {
   LedgerCounters result = counters_;
   PoolCounters& all = result.pools[stat_pool_index(StatPool::kAggregate)];
   PoolCounters& small = result.pools[stat_pool_index(StatPool::kSmall)];
   PoolCounters& large = result.pools[stat_pool_index(StatPool::kLarge)];
-  for_each_stat(small, [](const char*, Stat& stat) { stat = materialized(stat); });
-  for_each_stat(large, [](const char*, Stat& stat) { stat = materialized(stat); });
-  // The aggregate's current value and totals are the pools' sums; visit the three in step.
-  std::array<Stat*, 16> small_stats{}, large_stats{};
-  std::size_t count = 0;
-  for_each_stat(small, [&](const char*, Stat& stat) { small_stats[count++] = &stat; });
-  count = 0;
-  for_each_stat(large, [&](const char*, Stat& stat) { large_stats[count++] = &stat; });
-  count = 0;
-  for_each_stat(all, [&](const char*, Stat& stat) {
-    stat.current = small_stats[count]->current + large_stats[count]->current;
-    stat.allocated = small_stats[count]->allocated + large_stats[count]->allocated;
-    stat.freed = small_stats[count]->freed + large_stats[count]->freed;
-    ++count;
-  });
+  for (const PoolStat member : kPoolStats) {
+    Stat& small_stat = small.*member;
+    Stat& large_stat = large.*member;
+    small_stat = materialized(small_stat);
+    large_stat = materialized(large_stat);
+    // The aggregate's current value and totals are the pools' sums; it stores only its peak.
+    Stat& stat = all.*member;
+    stat.current = small_stat.current + large_stat.current;
+    stat.allocated = small_stat.allocated + large_stat.allocated;
+    stat.freed = small_stat.freed + large_stat.freed;
+  }
   return result;
 }
 
@@ -404,7 +435,7 @@ UsageStats Ledger::tag_usage(TagId tag) const noexcept {
 std::vector<TagUsage> Ledger::per_tag() const {
   ReadGuard guard(*this);
   std::vector<TagUsage> result;
-  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) {
+  for (std::size_t slot = 0; slot < tag_slots_used_; ++slot) {  // the others are all zero
     const UsageStats usage = materialized(tags_[slot]);
     bool touched = false;
     for_each_usage_stat(usage, [&](const char*, const Stat& stat) { touched |= stat != Stat{}; });
@@ -433,7 +464,7 @@ void Ledger::reset_peaks() noexcept {
     for_each_usage_stat(usage, [](const char*, Stat& stat) { stat.reset_peak(); });
   };
   streams_.for_each_usage(reset_usage);
-  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) reset_usage(tags_[slot]);
+  for (std::size_t slot = 0; slot < tag_slots_used_; ++slot) reset_usage(tags_[slot]);
   counters_.active_bytes_at_peak_reserved = aggregate_current(&PoolCounters::active_bytes);
 }
 
@@ -448,7 +479,7 @@ void Ledger::reset_accumulated() noexcept {
     for_each_usage_stat(usage, [](const char*, Stat& stat) { reset_accumulated_in_storage(stat); });
   };
   streams_.for_each_usage(reset_usage);
-  for (std::size_t slot = 0; slot <= kMaxTags; ++slot) reset_usage(tags_[slot]);
+  for (std::size_t slot = 0; slot < tag_slots_used_; ++slot) reset_usage(tags_[slot]);
   counters_.num_alloc_retries = 0;
   counters_.num_ooms = 0;
   counters_.num_device_alloc = 0;

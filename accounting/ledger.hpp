@@ -149,6 +149,13 @@ class Ledger final : public AllocatorObserver {
   void for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept;
 
   static std::size_t tag_slot(TagId tag) noexcept { return tag < kMaxTags ? tag : kMaxTags; }
+  // The tag's entry, for an event that changes it: the entries past tag_slots_used_ stay zero,
+  // so that queries and resets visit only the entries in use, not all kMaxTags + 1.
+  UsageStats& tag_entry_for_update(TagId tag) noexcept {
+    const std::size_t slot = tag_slot(tag);
+    if (slot >= tag_slots_used_) [[unlikely]] tag_slots_used_ = slot + 1;
+    return tags_[slot];
+  }
 
   PoolUpdate update_for(PoolKind pool) noexcept;
   std::int64_t aggregate_current(Stat PoolCounters::*stat) const noexcept;
@@ -174,7 +181,14 @@ class Ledger final : public AllocatorObserver {
   DevicePtr free_requested_address_ = kNoAddress;
   std::uint64_t free_requested_ticks_ = 0;
   StreamUsageTable streams_;
-  std::unique_ptr<UsageStats[]> tags_;  // kMaxTags + 1 entries; the last is the overflow entry
+  // Zeroed storage from calloc, released with free (ledger.cpp says why).
+  struct FreeTable {
+    void operator()(UsageStats* table) const noexcept;
+  };
+  std::unique_ptr<UsageStats[], FreeTable> tags_;  // kMaxTags + 1 entries; the last: overflow
+  // Entries at or past this index were never changed (all zero). Slot 0 (kUntagged) counts as
+  // used: front-cache shards fold into it directly.
+  std::size_t tag_slots_used_ = 1;
   std::optional<LedgerInconsistency> first_inconsistency_;
   EventTrace trace_;
 

@@ -1,18 +1,23 @@
 #include "allocator/text_format.hpp"
 
-#include <cinttypes>
-#include <cstdio>
+#include <charconv>
 #include <iterator>
 
 namespace vramledger {
 namespace {
 
+// std::to_chars, not snprintf: the same text (to_chars with a precision is defined as printf's
+// "%.2f"), without parsing a format and without the locale. Error messages and the ledger's
+// account, which an out-of-memory error carries, are made of these figures, and snprintf was a
+// quarter of the time of a program of failing requests (the allocation-ops fuzz target).
 std::string with_unit(bool negative, std::uint64_t magnitude) {
   static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   char text[32];
+  char* end = text;
+  if (negative) *end++ = '-';
   if (magnitude < 1024) {
-    std::snprintf(text, sizeof(text), "%s%" PRIu64 " B", negative ? "-" : "", magnitude);
-    return text;
+    end = std::to_chars(end, std::end(text), magnitude).ptr;
+    return std::string(text, end) + " B";
   }
   double value = static_cast<double>(magnitude);
   std::size_t unit = 0;
@@ -20,8 +25,8 @@ std::string with_unit(bool negative, std::uint64_t magnitude) {
     value /= 1024.0;
     ++unit;
   }
-  std::snprintf(text, sizeof(text), "%s%.2f %s", negative ? "-" : "", value, kUnits[unit]);
-  return text;
+  end = std::to_chars(end, std::end(text), value, std::chars_format::fixed, 2).ptr;
+  return std::string(text, end) + " " + kUnits[unit];
 }
 
 }  // namespace
@@ -42,9 +47,9 @@ std::string format_bytes_exact(std::size_t bytes) {
 }
 
 std::string format_hex(std::uint64_t value) {
-  char text[24];
-  std::snprintf(text, sizeof(text), "0x%" PRIx64, value);
-  return text;
+  char text[24] = "0x";
+  const char* end = std::to_chars(text + 2, std::end(text), value, 16).ptr;
+  return std::string(text, static_cast<std::size_t>(end - text));
 }
 
 }  // namespace vramledger

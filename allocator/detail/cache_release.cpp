@@ -82,7 +82,7 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
       }
       retire_mappings(heaps, /*wait=*/true, range);
       throw_if_error(backend_.free_address_range(range->base, range->size),
-                     "freeing the address span at " + format_hex(range->base));
+                     [&] { return "freeing the address span at " + format_hex(range->base); });
       heaps.free[p].remove(range->first);
       block_pool_.destroy(range->first);
       emit(EventKind::kVirtualRelease, range->pool, heaps.stream, range->base, range->size);
@@ -92,9 +92,10 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
       continue;
     }
     Block* block = range->first;
-    throw_if_error(backend_.free_segment(range->base, range->size, heaps.stream),
-                   "returning the " + format_bytes_exact(range->size) + " segment at " +
-                       format_hex(range->base));
+    throw_if_error(backend_.free_segment(range->base, range->size, heaps.stream), [&] {
+      return "returning the " + format_bytes_exact(range->size) + " segment at " +
+             format_hex(range->base);
+    });
     heaps.free[p].remove(block);
     set_inactive_split(block, false);
     block_pool_.destroy(block);

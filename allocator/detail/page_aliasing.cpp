@@ -109,8 +109,9 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
     }
   }
   const DevicePtr va = r.span->base + r.head * page_bytes_;
-  throw_if_error(backend_.unmap_pages(va, r.pages * page_bytes_, 1),
-                 "unmapping the old address " + format_hex(va) + " of aliased memory");
+  throw_if_error(backend_.unmap_pages(va, r.pages * page_bytes_, 1), [&] {
+    return "unmapping the old address " + format_hex(va) + " of aliased memory";
+  });
   r.span->set_retiring(r.head, r.pages, false);
   heaps.retiring[index] = heaps.retiring.back();
   heaps.retiring.pop_back();

@@ -181,7 +181,7 @@ inline Block* CachingAllocator::Impl::add_span(StreamHeaps& heaps, PoolKind pool
   const std::size_t bytes = std::max(span_bytes_[pool_index(pool)], round_up(size, page_bytes_));
   DevicePtr base = 0;
   throw_if_error(backend_.reserve_address_range(bytes, &base),
-                 "reserving " + format_bytes_exact(bytes) + " of address space");
+                 [&] { return "reserving " + format_bytes_exact(bytes) + " of address space"; });
   emit(EventKind::kVirtualReserve, pool, heaps.stream, base, bytes);
   return add_range(heaps, pool, base, bytes, /*is_span=*/true);
 }
@@ -257,9 +257,9 @@ inline std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::
                                                        bool was_free) {
   const DevicePtr va = span.base + head * page_bytes_;
   const std::size_t pages = span.chunk_pages(head);
-  throw_if_error(backend_.unmap_pages(va, pages * page_bytes_, 1),
-                 "unmapping the " + format_bytes_exact(pages * page_bytes_) + " at " +
-                     format_hex(va));
+  throw_if_error(backend_.unmap_pages(va, pages * page_bytes_, 1), [&] {
+    return "unmapping the " + format_bytes_exact(pages * page_bytes_) + " at " + format_hex(va);
+  });
   put_spare(span.pool, span.clear_chunk_mapped(head));
   if (was_free) free_mapped_pages_[pool_index(span.pool)] -= pages;
   emit(EventKind::kUnmap, span.pool, span.owner->stream, va, pages * page_bytes_);

@@ -80,7 +80,8 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::create_chunk(PoolKin
     *shortage = status.message();
     return std::nullopt;
   }
-  throw_if_error(status, "creating " + format_bytes_exact(bytes) + " of physical memory");
+  throw_if_error(status,
+                 [&] { return "creating " + format_bytes_exact(bytes) + " of physical memory"; });
   reserved_bytes_ += bytes;
   emit(EventKind::kPhysicalCreate, pool, 0, 0, bytes);
   return PhysicalChunk{handle, pages};

@@ -37,7 +37,7 @@ inline Block* CachingAllocator::Impl::add_segment(StreamHeaps& heaps, PoolKind p
   ensure_within_cap(bytes);
   DevicePtr base = 0;
   throw_if_error(backend_.allocate_segment(bytes, heaps.stream, &base),
-                 "allocating a " + format_bytes_exact(bytes) + " segment");
+                 [&] { return "allocating a " + format_bytes_exact(bytes) + " segment"; });
   reserved_bytes_ += bytes;
   emit(EventKind::kSegmentCreate, pool, heaps.stream, base, bytes);
   return add_range(heaps, pool, base, bytes, /*is_span=*/false);

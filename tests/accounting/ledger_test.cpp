@@ -333,6 +333,35 @@ TEST(Ledger, TagIdsBeyondTheRegistryShareTheOverflowEntry) {
   EXPECT_EQ(ledger.tag_usage(5000).allocated_bytes.current, 512);
 }
 
+// Queries and resets visit only the tag entries ever changed: each way of changing one (an
+// allocation, or only a free naming a tag never allocated) must make it visible to them.
+TEST(Ledger, PerTagAndResetsReachEveryTagAnEventChanged) {
+  Ledger ledger(test_options());
+  ledger.on_event(alloc({.size = 512, .requested = 500, .tag = 7}));
+  ledger.on_event(free_requested({.size = 512, .requested = 500, .tag = 7}));
+  ledger.on_event(free_completed({.size = 512, .requested = 500, .tag = 7}));
+  ledger.on_event(alloc({.size = 256, .requested = 256, .tag = 900}));
+  // A free naming a tag never allocated (a wrong tag, flagged): its entry goes negative.
+  ledger.on_event(free_completed({.size = 64, .requested = 64, .tag = 1000}));
+  std::vector<TagUsage> tags = ledger.per_tag();
+  ASSERT_EQ(tags.size(), 3u);
+  EXPECT_EQ(tags[0].tag, 7);
+  EXPECT_EQ(tags[0].usage.allocated_bytes.freed, 512);
+  EXPECT_EQ(tags[1].tag, 900);
+  EXPECT_EQ(tags[2].tag, 1000);
+  EXPECT_EQ(tags[2].usage.active_bytes.current, -64);
+
+  ledger.reset_accumulated();
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.tag_usage(900).allocated_bytes.allocated, 0);
+  EXPECT_EQ(ledger.tag_usage(900).allocated_bytes.peak, 256);
+  EXPECT_EQ(ledger.tag_usage(7).allocated_bytes.peak, 0);  // its block was freed: peak = current
+  tags = ledger.per_tag();
+  ASSERT_EQ(tags.size(), 2u);  // tag 7 is all zero again
+  EXPECT_EQ(tags[0].tag, 900);
+  EXPECT_EQ(tags[1].tag, 1000);
+}
+
 TEST(Ledger, ActiveAtPeakReservedFollowsTheAllocationThatNeededTheSegment) {
   Ledger ledger(test_options());
   const BlockEvent first{.address = 0x10, .size = 1000, .requested = 1000, .pool = PoolKind::kLarge};

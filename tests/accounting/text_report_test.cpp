@@ -2,6 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "allocator/text_format.hpp"
+
 #include "scenarios.hpp"
 
 namespace vramledger {
@@ -110,6 +119,49 @@ TEST(FormatBytes, BinaryUnits) {
   EXPECT_EQ(format_bytes(std::int64_t{5} << 40), "5.00 TiB");
   EXPECT_EQ(format_bytes(-4096), "-4.00 KiB");
   EXPECT_EQ(format_bytes(INT64_MIN), "-8.00 EiB");
+}
+
+// with_unit and format_hex write with std::to_chars; the text must stay printf's ("%.2f", its
+// rounding included: 1048575 B is "1024.00 KiB"), which the reports and messages were made with.
+TEST(FormatBytes, SameTextAsPrintf) {
+  const auto printf_text = [](std::uint64_t magnitude, bool negative) {
+    static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    char text[48];
+    if (magnitude < 1024) {
+      std::snprintf(text, sizeof(text), "%s%" PRIu64 " B", negative ? "-" : "", magnitude);
+      return std::string(text);
+    }
+    double value = static_cast<double>(magnitude);
+    std::size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
+      value /= 1024.0;
+      ++unit;
+    }
+    std::snprintf(text, sizeof(text), "%s%.2f %s", negative ? "-" : "", value, kUnits[unit]);
+    return std::string(text);
+  };
+  std::vector<std::uint64_t> values = {0, 1, 1023, 1024, 1048575, 1048576, UINT64_MAX,
+                                       std::uint64_t{INT64_MAX}};
+  for (int bit = 0; bit < 64; ++bit) {
+    for (std::int64_t delta = -3; delta <= 3; ++delta) {
+      values.push_back((std::uint64_t{1} << bit) + static_cast<std::uint64_t>(delta));
+    }
+  }
+  std::uint64_t state = 0x9e3779b97f4a7c15u;
+  for (int i = 0; i < 20000; ++i) {
+    state = state * 6364136223846793005u + 1442695040888963407u;
+    values.push_back(state >> (state % 64));  // every magnitude, not only huge ones
+  }
+  for (const std::uint64_t value : values) {
+    ASSERT_EQ(format_size(value), printf_text(value, false)) << value;
+    if (value <= std::uint64_t{INT64_MAX}) {
+      ASSERT_EQ(format_bytes(static_cast<std::int64_t>(value)), printf_text(value, false));
+      ASSERT_EQ(format_bytes(-static_cast<std::int64_t>(value)), printf_text(value, value != 0));
+    }
+    char hex[24];
+    std::snprintf(hex, sizeof(hex), "0x%" PRIx64, value);
+    ASSERT_EQ(format_hex(value), hex);
+  }
 }
 
 }  // namespace
