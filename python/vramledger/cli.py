@@ -103,9 +103,10 @@ _CONF_SIZES = {
                                10000),
     "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
     "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
+    "front_cache_mb": ("front_cache_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),
 }
 _CONF_BOOLS = ("paged_heap", "alias_pending_pages", "adopt_pending_frees",
-               "place_by_mapped_pages")
+               "place_by_mapped_pages", "sleepable_graph_pools")
 _CONF_BACKENDS = ("auto", "simulated", "cuda_malloc", "vmm", "malloc_async")
 
 

@@ -9,6 +9,7 @@ Run by Meson (suite unit) as:
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -255,12 +256,36 @@ CONF_CASES = [
 ]
 
 
+def parser_keys():
+    """Every key of the C++ parser's table (allocator/config.cpp), so that a key added there and
+    forgotten in the Python check (vramledger run's) makes the test below fail."""
+    source = (ROOT / "allocator" / "config.cpp").read_text(encoding="utf-8")
+    keys = re.findall(r'\{"(\w+)",\s*"\w+",\s*ValueKind::k(Size|Bool)', source)
+    if len(keys) < 15:
+        raise AssertionError(f"allocator/config.cpp: found only {keys}: has the table changed?")
+    return keys
+
+
+def cases_for_every_key():
+    cases = []
+    for key, kind in parser_keys():
+        values = ["true", "false", "1"] if kind == "Bool" else ["0", "2", "unlimited", "x"]
+        cases += [f"{key}:{value}" for value in values]
+    return cases
+
+
 class ConfCheckAgreesWithTheParser(ToolTest):
     TOOL = "REPLAY"
 
+    def test_the_check_knows_every_key_of_the_parser(self):
+        from vramledger.cli import _CONF_BOOLS, _CONF_SIZES
+        for key, kind in parser_keys():
+            with self.subTest(key=key):
+                self.assertIn(key, _CONF_BOOLS if kind == "Bool" else _CONF_SIZES)
+
     def test_same_verdicts(self):
         trace = self.trace("s 0 0\na 1 8 0\n")
-        for text in CONF_CASES:
+        for text in CONF_CASES + cases_for_every_key():
             with self.subTest(conf=text):
                 result = run([REPLAY, "--conf", text, trace])
                 # A parsed config may still fail later (backend:vmm needs a CUDA build).
