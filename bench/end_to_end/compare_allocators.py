@@ -20,7 +20,7 @@ Allocators:
   vramledger              vramledger.install("backend:vmm") before any CUDA allocation
   vramledger-pages        the same, page by page (map_chunk_mb:2): the packing chunks trade away
   vramledger-noslack      the same with cross_stream_slack_pct:0: a stream takes another stream's
-                          idle pages rather than grow (the default grows within 2% above the peak
+                          idle pages rather than grow (the default grows within 1% above the peak
                           of active bytes first)
   vramledger-nostreamorder  the same with alias_pending_pages:false,adopt_pending_frees:false:
                           the defaults before 2026-12-01 evening, where reuse waits for the CPU to
