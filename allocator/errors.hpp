@@ -61,10 +61,11 @@ void throw_if_error(const Status& status, std::string_view context);
 // The same with a context made only on failure: a context that formats sizes and addresses
 // ("mapping 2.00 MiB (2097152 bytes) at 0x...") cost more than the simulated driver call it
 // described, on every map, unmap and create that succeeded.
-template <typename MakeContext>
-  requires std::is_invocable_r_v<std::string, MakeContext&>
+// (enable_if rather than a requires-clause: nvcc compiles this header as C++17 in tests/gpu.)
+template <typename MakeContext,
+          std::enable_if_t<std::is_invocable_r_v<std::string, MakeContext&>, int> = 0>
 void throw_if_error(const Status& status, MakeContext&& make_context) {
-  if (!status.is_ok()) [[unlikely]] throw_if_error(status, std::string_view(make_context()));
+  if (!status.is_ok()) throw_if_error(status, std::string_view(make_context()));
 }
 
 }  // namespace vramledger
