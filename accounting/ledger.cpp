@@ -378,35 +378,15 @@ LedgerCounters Ledger::counters() const noexcept {
   return counters_unlocked();
 }
 
-// Every Stat of PoolCounters, as the members for_each_stat visits: counters() combines the
-// pools stat by stat in one pass (three for_each_stat passes through tables of pointers were most
-// of its cost under the sanitizers; the allocation-ops fuzz target asks after every operation).
-constexpr std::array<PoolStat, 16> kPoolStats = {
-    &PoolCounters::allocation,     &PoolCounters::active,
-    &PoolCounters::allocated_bytes, &PoolCounters::active_bytes,
-    &PoolCounters::requested_bytes, &PoolCounters::allocated_requested_bytes,
-    &PoolCounters::segment,        &PoolCounters::inactive_split,
-    &PoolCounters::reserved_bytes, &PoolCounters::inactive_split_bytes,
-    &PoolCounters::mapped_bytes,   &PoolCounters::virtual_bytes,
-    &PoolCounters::physical_bytes, &PoolCounters::sleeping,
-    &PoolCounters::sleeping_bytes, &PoolCounters::sleeping_resident_bytes};
-// None missing: as many distinct members as PoolCounters has Stats.
-static_assert(sizeof(PoolCounters) == kPoolStats.size() * sizeof(Stat));
-static_assert([] {
-  for (std::size_t i = 0; i < kPoolStats.size(); ++i) {
-    for (std::size_t j = i + 1; j < kPoolStats.size(); ++j) {
-      if (kPoolStats[i] == kPoolStats[j]) return false;
-    }
-  }
-  return true;
-}());
-
 LedgerCounters Ledger::counters_unlocked() const noexcept {
   LedgerCounters result = counters_;
   PoolCounters& all = result.pools[stat_pool_index(StatPool::kAggregate)];
   PoolCounters& small = result.pools[stat_pool_index(StatPool::kSmall)];
   PoolCounters& large = result.pools[stat_pool_index(StatPool::kLarge)];
-  for (const PoolStat member : kPoolStats) {
+  // One pass over the stats (three for_each_stat passes through tables of pointers were most of
+  // its cost under the sanitizers; the allocation-ops fuzz target asks after every operation).
+  for (const PoolStatMember& stat_member : kPoolStatMembers) {
+    const PoolStat member = stat_member.member;
     Stat& small_stat = small.*member;
     Stat& large_stat = large.*member;
     small_stat = materialized(small_stat);

@@ -64,25 +64,45 @@ struct PoolCounters {
   friend bool operator==(const PoolCounters&, const PoolCounters&) = default;
 };
 
+// Every Stat of a PoolCounters with its name, in declaration order: the one list that
+// for_each_stat and the ledger's pool-by-pool sums walk.
+struct PoolStatMember {
+  const char* name;
+  Stat PoolCounters::*member;
+};
+inline constexpr std::array<PoolStatMember, 16> kPoolStatMembers = {{
+    {"allocation", &PoolCounters::allocation},
+    {"active", &PoolCounters::active},
+    {"allocated_bytes", &PoolCounters::allocated_bytes},
+    {"active_bytes", &PoolCounters::active_bytes},
+    {"requested_bytes", &PoolCounters::requested_bytes},
+    {"allocated_requested_bytes", &PoolCounters::allocated_requested_bytes},
+    {"segment", &PoolCounters::segment},
+    {"inactive_split", &PoolCounters::inactive_split},
+    {"reserved_bytes", &PoolCounters::reserved_bytes},
+    {"inactive_split_bytes", &PoolCounters::inactive_split_bytes},
+    {"mapped_bytes", &PoolCounters::mapped_bytes},
+    {"virtual_bytes", &PoolCounters::virtual_bytes},
+    {"physical_bytes", &PoolCounters::physical_bytes},
+    {"sleeping", &PoolCounters::sleeping},
+    {"sleeping_bytes", &PoolCounters::sleeping_bytes},
+    {"sleeping_resident_bytes", &PoolCounters::sleeping_resident_bytes},
+}};
+// None missing: as many distinct members as PoolCounters has Stats.
+static_assert(sizeof(PoolCounters) == kPoolStatMembers.size() * sizeof(Stat));
+static_assert([] {
+  for (std::size_t i = 0; i < kPoolStatMembers.size(); ++i) {
+    for (std::size_t j = i + 1; j < kPoolStatMembers.size(); ++j) {
+      if (kPoolStatMembers[i].member == kPoolStatMembers[j].member) return false;
+    }
+  }
+  return true;
+}());
+
 // Calls visit(name, stat) for every Stat of a PoolCounters (const or not), in declaration order.
 template <typename Pool, typename Visit>
 void for_each_stat(Pool& pool, Visit&& visit) {
-  visit("allocation", pool.allocation);
-  visit("active", pool.active);
-  visit("allocated_bytes", pool.allocated_bytes);
-  visit("active_bytes", pool.active_bytes);
-  visit("requested_bytes", pool.requested_bytes);
-  visit("allocated_requested_bytes", pool.allocated_requested_bytes);
-  visit("segment", pool.segment);
-  visit("inactive_split", pool.inactive_split);
-  visit("reserved_bytes", pool.reserved_bytes);
-  visit("inactive_split_bytes", pool.inactive_split_bytes);
-  visit("mapped_bytes", pool.mapped_bytes);
-  visit("virtual_bytes", pool.virtual_bytes);
-  visit("physical_bytes", pool.physical_bytes);
-  visit("sleeping", pool.sleeping);
-  visit("sleeping_bytes", pool.sleeping_bytes);
-  visit("sleeping_resident_bytes", pool.sleeping_resident_bytes);
+  for (const PoolStatMember& stat : kPoolStatMembers) visit(stat.name, pool.*stat.member);
 }
 
 struct LedgerCounters {
