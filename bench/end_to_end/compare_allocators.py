@@ -183,6 +183,7 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
         step_seconds: List[float] = []
         raw_records = []
         calls_after_warmup = None  # (maps, unmaps, device allocs) when the timed steps begin
+        per_step: List[List[int]] = []
         for index, shape in enumerate(schedule):
             if vramledger is not None and index == warmup:
                 calls_after_warmup = driver_calls(vramledger)
@@ -191,6 +192,10 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
             raw_records.append(workload.step(torch, state, shape))
             torch.cuda.synchronize()
             step_seconds.append(time.perf_counter() - t0)
+            # Outside the timed region: where reserved memory and driver calls moved, step by
+            # step (tells growth inside the timed steps from memory released and made again).
+            per_step.append([torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()]
+                            + (list(driver_calls(vramledger)) if vramledger is not None else []))
         finished = time.perf_counter()
         measured = step_seconds[warmup:]
         stats = torch.cuda.memory_stats()
@@ -199,6 +204,9 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
             "record_kind": workload.record_kind,
             "records": [record_to_string(torch, workload.record_kind, r) for r in raw_records],
             "step_seconds": step_seconds,
+            # After each step: reserved, peak reserved, and under vramledger the running totals
+            # of maps, unmaps and physical allocations.
+            "per_step": per_step,
             "median_step_ms": 1e3 * common.median(measured) if measured else None,
             "p90_step_ms": (1e3 * common.percentile_nearest_rank(measured, 90)
                             if measured else None),
