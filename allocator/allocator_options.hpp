@@ -41,7 +41,9 @@ struct AllocatorOptions {
   // an allocation needs is filled with as few chunks as possible: the driver's cost is per
   // mapping, not per byte (bench/results/gpu/), but a chunk is unmapped only as a whole, so
   // idle memory moves between addresses in coarser pieces. page_bytes (or less) = page by page.
-  std::size_t map_chunk_bytes = std::size_t{16} << 20;
+  // 4 MiB: 16 MiB pinned idle pages at the peak (Llama-style training 1.027 on the H200;
+  // bench/results/2026-12-02-replay-map-chunk.md).
+  std::size_t map_chunk_bytes = std::size_t{4} << 20;
   // Paged heap: idle pages are taken from the requesting stream's own addresses first, then from
   // other streams'. Before the latter (an unmap and a map each), grow reserved memory while it
   // stays within this percentage above the peak of active bytes, so streams that pass work to

@@ -348,13 +348,14 @@ TEST_P(CachingAllocatorTest, PagedHeapFallsBackToSmallerChunksWhenTheDeviceIsSho
 
 TEST_P(CachingAllocatorTest, PagedHeapMapsARunInFewChunks) {
   if (!paged()) GTEST_SKIP() << "chunks belong to the paged heap";
-  // 64 MiB = 32 pages: chunks of an eighth of the run, so 8 creates and 8 maps, not 32.
+  // 64 MiB = 32 pages: chunks of an eighth of the run (4 pages) capped at map_chunk_mb's default
+  // of 4 MiB (2 pages), so 16 creates and 16 maps, not 32.
   const DevicePtr p = allocator_->allocate(64 * kMiB, 0);
-  EXPECT_EQ(device_.call_count(SimOp::kCreatePhysical), 8u);
-  EXPECT_EQ(device_.call_count(SimOp::kMapPages), 8u);
+  EXPECT_EQ(device_.call_count(SimOp::kCreatePhysical), 16u);
+  EXPECT_EQ(device_.call_count(SimOp::kMapPages), 16u);
   allocator_->deallocate(p);
   allocator_->empty_cache();
-  EXPECT_EQ(device_.call_count(SimOp::kUnmapPages), 8u);
+  EXPECT_EQ(device_.call_count(SimOp::kUnmapPages), 16u);
   EXPECT_EQ(device_.physical_bytes_in_use(), 0u);
   expect_consistent();
 }
@@ -654,7 +655,9 @@ TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerO
   options.capacity_bytes = 64 * kMiB;
   SimulatedDevice device(options);
   Ledger ledger;
-  CachingAllocator allocator(device, &ledger, AllocatorOptions{});
+  AllocatorOptions chunky;
+  chunky.map_chunk_bytes = 16 * kMiB;  // chunks of up to 8 pages (the default is 2)
+  CachingAllocator allocator(device, &ledger, chunky);
   const DevicePtr big = allocator.allocate(64 * kMiB, 0);  // the whole device, 8 chunks of 4 pages
   EXPECT_EQ(device.call_count(SimOp::kCreatePhysical), 8u);
   allocator.deallocate(big);  // idle, still mapped in stream 0's span
