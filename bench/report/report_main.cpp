@@ -30,6 +30,8 @@
 namespace vramledger {
 namespace {
 
+constexpr int kExitRequestsRefused = 3;
+
 struct Options {
   std::string trace;
   std::string conf;
@@ -132,7 +134,9 @@ int run(const Options& options) {
                  "(--capacity-gib) and were skipped: the report is not the trace's\n",
                  result.out_of_memory);
   }
-  return ledger.inconsistent() ? 1 : 0;
+  // The reports are written either way; a script must still learn that they are not the trace's.
+  if (ledger.inconsistent()) return 1;
+  return result.out_of_memory != 0 ? kExitRequestsRefused : 0;
 }
 
 }  // namespace
@@ -154,6 +158,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", options.json_path, "write the JSON report here");
   app.add_option("--prometheus", options.prometheus_path, "write Prometheus text here");
   app.add_option("--html", options.html_path, "write the HTML report here");
+  app.footer("Exit status: 0 the trace replayed whole; 3 some requests did not fit in the simulated "
+             "device (--capacity-gib): the reports were written but are not the trace's; any other "
+             "non-zero status: an error, said on stderr.");
   CLI11_PARSE(app, argc, argv);
   try {
     return vramledger::run(options);

@@ -151,9 +151,12 @@ class ReportTest(ToolTest):
 
     def test_summary_counts_refused_requests(self):
         trace = self.trace("s 0 0\na 1 2147483648 0\na 2 1024 0\n")
-        result = self.expect_ok([REPORT, trace, "--capacity-gib", "1"])
+        json_path = self.dir / "refused.json"
+        result = run([REPORT, trace, "--capacity-gib", "1", "--json", json_path])
+        self.assertEqual(result.returncode, 3, "a report that is not the trace's must not exit 0")
         self.assertIn("refused requests (out of memory) 1 of 2", result.stdout)
         self.assertIn("did not fit", result.stderr)
+        self.assertTrue(json_path.stat().st_size > 0, "the report is still written")
 
     def test_numeric_flags(self):
         trace = self.trace(BIG_ID)
