@@ -111,11 +111,18 @@ inline CachingAllocator::Impl::Placement CachingAllocator::Impl::best_place_in(
 
 // The best fit by size needs new pages: look at a few other fits (and, with
 // place_by_mapped_pages, at places inside each) for one that needs no wait and fewer pages.
+// The first five fits by size (the best fit among them): the fewer looked at, the closer the
+// choice stays to the best fit by size. Eight (until 2026-12-02) saved the most mappings at the
+// time of each choice but cost more later: on the corpus's lag replays with 4 MiB chunks, five
+// made 13% fewer steady-state driver calls and held every trace but two_stream (bound by the
+// cross-stream slack) within 1.0098 at 24 lags, where eight reached 1.0115; six and seven took
+// vit_train to 1.013, three and fewer took gpt2_generate past 1.03
+// (bench/results/2026-12-02-replay-placement-candidates.md).
 inline CachingAllocator::Impl::Placement
 CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex& index,
                                                             std::size_t size,
                                                             Block* best_fit) const {
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 5;
   Placement best = best_place_in(best_fit, size);
   index.for_each_fit(size, kCandidates, [&](Block* candidate) {
     if (best.cost == std::pair{false, std::size_t{0}}) return;
