@@ -26,6 +26,9 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               expected_backend="vramledger"),
     Allocator("vramledger-pages", 'vramledger.install("backend:vmm,map_chunk_mb:2")',
               vramledger_conf="backend:vmm,map_chunk_mb:2", expected_backend="vramledger"),
+    # The physical chunks of the default until 2026-12-02 (4 MiB since; docs/configuration.md).
+    Allocator("vramledger-chunk16", 'vramledger.install("backend:vmm,map_chunk_mb:16")',
+              vramledger_conf="backend:vmm,map_chunk_mb:16", expected_backend="vramledger"),
     Allocator("vramledger-noslack", 'vramledger.install("backend:vmm,cross_stream_slack_pct:0")',
               vramledger_conf="backend:vmm,cross_stream_slack_pct:0", expected_backend="vramledger"),
     Allocator("vramledger-nostreamorder",

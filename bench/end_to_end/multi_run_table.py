@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The several-runs table of issue 14 from compare_allocators.py outputs: one invocation per run
+(each runs native and the other allocators one after the other, so drift hits all of them), then
+
+    python3 bench/end_to_end/multi_run_table.py RUN1/compare_allocators.json RUN2/... [--md OUT]
+
+For each workload and allocator: peak reserved / peak requested in every run that has it, the
+spread (largest minus smallest), the median step time per run, the paired per-step median against
+native's run of the same invocation (each timed step divided by the same step of native: the
+schedule of shapes is the same, so this cancels the shapes and leaves the allocator), and the
+driver calls vramledger made per step in the steady state (steps that did not raise peak reserved;
+from the `per_step` record). A verdict column holds each allocator to the issue's goals: every
+ratio <= --max-ratio (1.02) with a spread <= --max-spread (0.005) over at least --min-runs (3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+REFERENCE = "native"
+
+
+def load_runs(paths: Sequence[Path]) -> List[Dict[str, Dict[str, Any]]]:
+    """One dict per invocation: "workload.allocator" -> that run's result (ok runs only)."""
+    invocations = []
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        runs = {}
+        for record in doc.get("runs", []):
+            if record.get("status") == "ok" and not record.get("control"):
+                runs[f"{record['workload']}.{record['allocator']}"] = record["result"]
+        invocations.append(runs)
+    return invocations
+
+
+def paired_median(run: Dict[str, Any], native: Dict[str, Any]) -> Optional[float]:
+    warmup = run.get("warmup", 0)
+    mine, theirs = run.get("step_seconds", [])[warmup:], native.get("step_seconds", [])[warmup:]
+    ratios = [a / b for a, b in zip(mine, theirs) if b > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def steady_calls_per_step(run: Dict[str, Any]) -> Optional[float]:
+    """Maps + unmaps + physical creates per step over the steps that left peak reserved where
+    it was (the per_step rows: reserved, peak reserved, then the running totals of the three)."""
+    rows = run.get("per_step") or []
+    calls = steps = 0
+    for before, after in zip(rows, rows[1:]):
+        if len(after) < 5 or len(before) < 5:
+            return None   # not a vramledger run
+        if after[1] == before[1]:
+            steps += 1
+            calls += sum(after[k] - before[k] for k in (2, 3, 4))
+    return calls / steps if steps else None
+
+
+def ratio(run: Dict[str, Any]) -> Optional[float]:
+    requested = run.get("peak_requested_bytes")
+    return run["peak_reserved_bytes"] / requested if requested else None
+
+
+def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    keys: List[str] = []
+    for runs in invocations:
+        keys.extend(k for k in runs if k not in keys)
+    rows = []
+    for key in keys:
+        workload, allocator = key.split(".", 1)
+        row: Dict[str, Any] = {"workload": workload, "allocator": allocator, "runs": [],
+                               "ratios": [], "medians": [], "paired": [], "steady": []}
+        for number, runs in enumerate(invocations, start=1):
+            run = runs.get(key)
+            if run is None:
+                continue
+            row["runs"].append(number)
+            row["ratios"].append(ratio(run))
+            row["medians"].append(run.get("median_step_ms"))
+            native = runs.get(f"{workload}.{REFERENCE}")
+            row["paired"].append(paired_median(run, native)
+                                 if native is not None and allocator != REFERENCE else None)
+            row["steady"].append(steady_calls_per_step(run))
+        rows.append(row)
+    return rows
+
+
+def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: int) -> str:
+    if row["allocator"] == REFERENCE:
+        return "reference"
+    ratios = [r for r in row["ratios"] if r is not None]
+    if not ratios:
+        return "no figure (no requested bytes)"
+    spread = max(ratios) - min(ratios)
+    problems = []
+    if max(ratios) > max_ratio:
+        problems.append(f"ratio {max(ratios):.4f} > {max_ratio}")
+    if spread > max_spread:
+        problems.append(f"spread {spread:.4f} > {max_spread}")
+    if len(ratios) < min_runs:
+        problems.append(f"{len(ratios)} of {min_runs} runs")
+    return "meets" if not problems else "; ".join(problems)
+
+
+def fmt(values: List[Optional[float]], spec: str) -> str:
+    shown = [("n/a" if v is None else format(v, spec)) for v in values]
+    return " / ".join(shown) if shown else "—"
+
+
+def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
+           min_runs: int) -> str:
+    lines = ["| workload | allocator | runs | peak reserved / peak requested | spread | "
+             "median step ms | paired per-step median vs native | steady driver calls per step "
+             f"| goal (≤ {max_ratio}, spread ≤ {max_spread}, {min_runs} runs) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        ratios = [r for r in row["ratios"] if r is not None]
+        spread = f"{max(ratios) - min(ratios):.4f}" if ratios else "—"
+        steady = ("—" if all(s is None for s in row["steady"]) else fmt(row["steady"], ".1f"))
+        paired = ("—" if row["allocator"] == REFERENCE else fmt(row["paired"], ".3f"))
+        lines.append(f"| {row['workload']} | {row['allocator']} | "
+                     f"{' / '.join(map(str, row['runs']))} | {fmt(row['ratios'], '.4f')} | "
+                     f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {steady} | "
+                     f"{verdict(row, max_ratio, max_spread, min_runs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="compare_allocators.json, one per run")
+    parser.add_argument("--md", type=Path, help="also write the table here")
+    parser.add_argument("--max-ratio", type=float, default=1.02)
+    parser.add_argument("--max-spread", type=float, default=0.005)
+    parser.add_argument("--min-runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    for path in args.runs:
+        if not path.is_file():
+            parser.error(f"{path}: no such file")
+    try:
+        table = render(rows_of(load_runs(args.runs)), args.max_ratio, args.max_spread,
+                       args.min_runs)
+    except (ValueError, KeyError, TypeError) as error:
+        print(f"multi_run_table: not a compare_allocators.json: {error!r}", file=sys.stderr)
+        return 2
+    sys.stdout.write(table)
+    if args.md:
+        args.md.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
