@@ -162,8 +162,17 @@ TEST(CorpusReplay, SegmentHeapReservesWhatPyTorchReserved) {
   constexpr double kOneLargeSegment = 20.0 * (1 << 20);
   for (const std::string& path : corpus_traces()) {
     SCOPED_TRACE(path);
-    // Not yet explained: on vit_train.e2e (compare_allocators' ViT, recorded 2026-12-02) the
-    // segment heap reserves 13,472,104,448 B where torch reserved 13,216,251,904 B (+256 MB).
+    // Left out: vit_train.e2e (compare_allocators' ViT, recorded 2026-12-02), where the segment
+    // heap reserves 13,472,104,448 B and torch 13,216,251,904 B (+244 MiB). Not a bug in the
+    // heap's rules (segment sizes, split thresholds) but in what a replay can know: torch takes
+    // the smallest free block that fits and, among equal sizes, the lowest real address
+    // (cudaMalloc's, not in the trace); the segment heap takes a good fit from its size-class
+    // index (within ~3%). Replayed with an exact best fit instead, ties to the lowest simulated
+    // address: +94 MiB; ties to the highest (the newest segment): exact, and so are t5_train,
+    // segmentation_train and gpt2_train (±2 MiB today), but llama_train.e2e falls from exact to
+    // -52 MiB and gpt2_train.e2e to +2 MiB. The figure turns on tie-breaks among equal-sized
+    // free blocks that only the recorded addresses decide
+    // (bench/results/2026-12-02-replay-placement-candidates.md).
     if (path.find("vit_train.e2e") != std::string::npos) continue;
     const WorkloadTrace trace = read_workload_trace(path);
     ASSERT_TRUE(trace.metadata.contains("torch_peak_reserved_bytes"));
