@@ -262,6 +262,8 @@ def test_all_identical(tmp_path, fake_python):
     assert summary == (f"SUMMARY {runs}/{runs} runs ok; vramledger: identical to native {n}/{n}, "
                        "peak reserved vs native -15.0%, median step +0.0%; vramledger-pages: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
+                       "+0.0%; vramledger-chunk16: "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-noslack: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-nostreamorder: "
