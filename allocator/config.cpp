@@ -31,8 +31,8 @@ constexpr std::size_t kLargestRoundBytes = kGiB;
 constexpr std::size_t kLargestPageBytes = kGiB;
 // Spans default to twice the device memory.
 constexpr std::size_t kLargestSpanBytes = 2 * kLargestDeviceBytes;
-// The policy reads the slack as a percentage above a peak; beyond 100x it means "never take".
-constexpr std::size_t kLargestSlackPercent = 10000;
+// The policy reads the slack as thousandths above a peak; beyond 100x it means "never take".
+constexpr std::size_t kLargestSlackPermille = 100000;
 
 constexpr std::array<std::string_view, 5> kBackends = {"auto", "simulated", "cuda_malloc", "vmm",
                                                        "malloc_async"};
@@ -59,8 +59,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 20>& key_table() {
-  static const std::array<KeySpec, 20> table = {{
+const std::array<KeySpec, 21>& key_table() {
+  static const std::array<KeySpec, 21> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -109,10 +109,15 @@ const std::array<KeySpec, 20>& key_table() {
        {&AllocatorOptions::map_chunk_bytes, kMiB, "MiB", "a chunk holds at least one page",
         false, false}},
       {"cross_stream_slack_pct",
-       "cross_stream_slack_pct",
+       "cross_stream_slack",
        ValueKind::kSize,
-       {&AllocatorOptions::cross_stream_slack_percent, 1, "percent", nullptr, false, false,
-        kLargestSlackPercent, "beyond 100-fold the peak, growth is never limited anyway"}},
+       {&AllocatorOptions::cross_stream_slack_permille, 10, "percent", nullptr, false, false,
+        kLargestSlackPermille, "beyond 100-fold the peak, growth is never limited anyway"}},
+      {"cross_stream_slack_permille",
+       "cross_stream_slack",
+       ValueKind::kSize,
+       {&AllocatorOptions::cross_stream_slack_permille, 1, "per mille", nullptr, false, false,
+        kLargestSlackPermille, "beyond 100-fold the peak, growth is never limited anyway"}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,
@@ -301,8 +306,14 @@ Config parse_config(std::string_view text) {
         fail("key '" + std::string(key) + "' is given twice (again with value '" +
              std::string(value) + "')");
       }
+      std::string spellings;
+      for (const KeySpec& other : key_table()) {
+        if (other.setting != spec->setting) continue;
+        spellings += spellings.empty() ? "" : " and ";
+        spellings += other.name;
+      }
       fail("key '" + std::string(key) + "' (value '" + std::string(value) +
-           "') sets what another key already set; give only one of cap_mb and cap_gb");
+           "') sets what another key already set; give only one of " + spellings);
     }
     keys_given.insert(spec->name);
     apply(*spec, value, config);
@@ -332,10 +343,15 @@ std::string to_string(const Config& config) {
       case ValueKind::kBool: value = options.*(spec.flag) ? "true" : "false"; break;
       case ValueKind::kSize: {
         const std::size_t bytes = options.*(spec.size.field);
-        // The cap has two spellings: whole GiB read best as cap_gb, anything else as cap_mb.
+        // The cap has two spellings: whole GiB read best as cap_gb, anything else as cap_mb;
+        // the slack too: whole percents as cross_stream_slack_pct, else in per mille.
         if (spec.setting == "cap") {
           const bool use_gb = bytes != 0 && bytes % kGiB == 0;
           if ((spec.name == "cap_gb") != use_gb) continue;
+        }
+        if (spec.setting == "cross_stream_slack") {
+          const bool use_pct = bytes % 10 == 0;
+          if ((spec.name == "cross_stream_slack_pct") != use_pct) continue;
         }
         if (bytes == kUnlimited && spec.size.accepts_unlimited) {
           value = "unlimited";

@@ -18,6 +18,7 @@
 //                         (> 0; at most one page = map page by page)
 //   cross_stream_slack_pct  paged heap: grow up to this percentage above the peak of active
 //                         bytes before taking idle pages from another stream (0 = always take)
+//   cross_stream_slack_permille  the same in thousandths (5 = 0.5%); give one of the two
 //   cap_mb | cap_gb       cap on reserved bytes (0 = none); give one of the two
 //   paged_heap            true | false (case-insensitive)
 //   alias_pending_pages   true | false (default true): paged heap, reuse a stream's own pages
@@ -35,7 +36,7 @@
 // integers. AllocatorOptions fields without a key keep their defaults.
 //
 // Every number is bounded by what a device can mean: round_bytes and page_mb at most 1 GiB,
-// span_gb at most 8 TiB, cross_stream_slack_pct at most 10000, every other size at most 4 TiB
+// span_gb at most 8 TiB, cross_stream_slack_pct at most 10000 (_permille 100000), every other size at most 4 TiB
 // (more memory than any device has). (A page, at most 1 GiB, always fits a span of >= 1 GiB.)
 #pragma once
 

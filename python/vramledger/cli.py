@@ -99,8 +99,10 @@ _CONF_SIZES = {
     "max_free_physical_mb": ("max_free_physical_mb", _MIB, "MiB", False, True, False,
                              _DEVICE_MAX),
     "map_chunk_mb": ("map_chunk_mb", _MIB, "MiB", True, False, False, _DEVICE_MAX),
-    "cross_stream_slack_pct": ("cross_stream_slack_pct", 1, "percent", False, False, False,
-                               10000),
+    "cross_stream_slack_pct": ("cross_stream_slack", 10, "percent", False, False, False,
+                               100000),
+    "cross_stream_slack_permille": ("cross_stream_slack", 1, "per mille", False, False, False,
+                                    100000),
     "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
     "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
     "front_cache_mb": ("front_cache_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),
@@ -130,7 +132,8 @@ def conf_problem(text: str) -> Optional[str]:
             return f"key '{key}' has no value (write {key}:VALUE)"
         setting = _CONF_SIZES[key][0] if key in _CONF_SIZES else key
         if setting in settings:
-            return f"key '{key}' is given twice, or with the other of cap_mb and cap_gb"
+            return (f"key '{key}' is given twice, or with another spelling of it (cap_mb and "
+                    "cap_gb; cross_stream_slack_pct and cross_stream_slack_permille)")
         settings.add(setting)
         invalid = f"key '{key}' has invalid value '{value}'"
         if key == "backend":

@@ -253,7 +253,9 @@ CONF_CASES = [
     "small_size_limit_kb:4096", "small_size_limit_kb:4096,small_segment_mb:4",
     "max_free_mapped_mb:unlimited", "cap_mb:unlimited", "max_free_physical_mb:4194305",
     "map_chunk_mb:0", "map_chunk_mb:2", "cross_stream_slack_pct:10000",
-    "cross_stream_slack_pct:10001", "round_bytes:5 12", "round_bytes=512", "round_bytes:512,",
+    "cross_stream_slack_pct:10001", "cross_stream_slack_permille:5",
+    "cross_stream_slack_permille:100000", "cross_stream_slack_permille:100001",
+    "cross_stream_slack_pct:1,cross_stream_slack_permille:5", "round_bytes:5 12", "round_bytes=512", "round_bytes:512,",
     ",round_bytes:512", "round_bytes:1.5", "round_bytes:0x200", "round_bytes:+512",
     " round_bytes : 1024 , cap_mb:64 ", "round_bytes:512:1", "large_segment_mb:\u0661",
 ]

@@ -530,14 +530,14 @@ TEST_F(PagedHeapTest, OwnIdlePagesAreTakenBeforeAnotherStreams) {
   for (DevicePtr p : {keep, a2, a3}) allocator_.deallocate(p);
 }
 
-// cross_stream_slack_percent: grow within the slack rather than take another stream's pages.
+// cross_stream_slack_permille: grow within the slack rather than take another stream's pages.
 TEST(PagedHeapCrossStreamSlack, GrowsWithinTheSlackInsteadOfTakingAnotherStreamsPages) {
-  for (const std::size_t slack : {std::size_t{0}, std::size_t{100}}) {
-    SCOPED_TRACE("slack " + std::to_string(slack));
+  for (const std::size_t slack : {std::size_t{0}, std::size_t{1000}}) {
+    SCOPED_TRACE("slack " + std::to_string(slack) + " per mille");
     SimulatedDevice device{SimulatedDeviceOptions{}};
     Ledger ledger;
     AllocatorOptions options;
-    options.cross_stream_slack_percent = slack;
+    options.cross_stream_slack_permille = slack;
     CachingAllocator allocator(device, &ledger, options);
     allocator.deallocate(allocator.allocate(64 * kMiB, 0));  // 64 MiB idle on stream 0
     const StreamHandle side = device.create_stream();

@@ -30,6 +30,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.options.max_free_mapped_bytes, b.options.max_free_mapped_bytes);
   EXPECT_EQ(a.options.max_free_physical_bytes, b.options.max_free_physical_bytes);
   EXPECT_EQ(a.options.cap_bytes, b.options.cap_bytes);
+  EXPECT_EQ(a.options.cross_stream_slack_permille, b.options.cross_stream_slack_permille);
   EXPECT_EQ(a.options.use_paged_heap, b.options.use_paged_heap);
   EXPECT_EQ(a.options.front_cache_bytes, b.options.front_cache_bytes);
 }
@@ -245,10 +246,34 @@ TEST(ConfigBounds, EveryMemorySizeAtMostFourTiB) {
 }
 
 TEST(ConfigBounds, SlackAtMostTenThousandPercent) {
-  EXPECT_EQ(parse_config("cross_stream_slack_pct:10000").options.cross_stream_slack_percent,
-            10000u);
+  EXPECT_EQ(parse_config("cross_stream_slack_pct:10000").options.cross_stream_slack_permille,
+            100000u);
   expect_error("cross_stream_slack_pct:10001", {"cross_stream_slack_pct", "at most 10000"});
   expect_error("cross_stream_slack_pct:18446744073709551615", {"cross_stream_slack_pct"});
+  EXPECT_EQ(parse_config("cross_stream_slack_permille:100000").options.cross_stream_slack_permille,
+            100000u);
+  expect_error("cross_stream_slack_permille:100001",
+               {"cross_stream_slack_permille", "at most 100000 per mille"});
+}
+
+// The slack in percent or per mille: one setting, two spellings, like the cap.
+TEST(ConfigKeys, SlackInPercentOrPerMille) {
+  EXPECT_EQ(AllocatorOptions{}.cross_stream_slack_permille, 10u);
+  EXPECT_EQ(parse_config("cross_stream_slack_pct:2").options.cross_stream_slack_permille, 20u);
+  EXPECT_EQ(parse_config("cross_stream_slack_permille:5").options.cross_stream_slack_permille,
+            5u);
+  expect_error("cross_stream_slack_pct:1,cross_stream_slack_permille:5",
+               {"cross_stream_slack_permille", "cross_stream_slack_pct and "
+                                               "cross_stream_slack_permille"});
+  Config half;
+  half.options.cross_stream_slack_permille = 5;
+  const std::string written = to_string(half);
+  EXPECT_NE(written.find("cross_stream_slack_permille:5"), std::string::npos) << written;
+  EXPECT_EQ(written.find("cross_stream_slack_pct:"), std::string::npos) << written;
+  EXPECT_EQ(parse_config(written).options.cross_stream_slack_permille, 5u);
+  const std::string whole = to_string(Config{});
+  EXPECT_NE(whole.find("cross_stream_slack_pct:1,"), std::string::npos) << whole;
+  EXPECT_EQ(whole.find("cross_stream_slack_permille:"), std::string::npos) << whole;
 }
 
 TEST(ConfigErrors, SmallRequestsMustFitASmallSegment) {
@@ -291,7 +316,9 @@ TEST(ConfigToString, NonDefaultConfigRoundTrips) {
       "cap_gb:70,paged_heap:false",
       "backend:simulated,cap_mb:1536",
       "backend:malloc_async,max_free_mapped_mb:unlimited,max_free_physical_mb:100",
-      "backend:cuda_malloc,cap_mb:0"};
+      "backend:cuda_malloc,cap_mb:0",
+      "backend:vmm,cross_stream_slack_permille:5",
+      "backend:vmm,cross_stream_slack_permille:30"};
   for (const std::string& text : texts) {
     const Config parsed = parse_config(text);
     const std::string written = to_string(parsed);
