@@ -21,6 +21,7 @@ Allocators:
   vramledger-pages        the same, page by page (map_chunk_mb:2): the packing chunks trade away
   vramledger-chunk16      the same with map_chunk_mb:16, the default's physical chunks until
                           2026-12-02 (4 MiB since): fewer driver calls, idle pages pinned at the peak
+  vramledger-slack05      the same with cross_stream_slack_permille:5 (half the default slack)
   vramledger-noslack      the same with cross_stream_slack_pct:0: a stream takes another stream's
                           idle pages rather than grow (the default grows within 1% above the peak
                           of active bytes first)

@@ -29,6 +29,11 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
     # The physical chunks of the default until 2026-12-02 (4 MiB since; docs/configuration.md).
     Allocator("vramledger-chunk16", 'vramledger.install("backend:vmm,map_chunk_mb:16")',
               vramledger_conf="backend:vmm,map_chunk_mb:16", expected_backend="vramledger"),
+    # Half the default cross-stream slack: <= 1.01 on every replayed trace, to be measured here.
+    Allocator("vramledger-slack05",
+              'vramledger.install("backend:vmm,cross_stream_slack_permille:5")',
+              vramledger_conf="backend:vmm,cross_stream_slack_permille:5",
+              expected_backend="vramledger"),
     Allocator("vramledger-noslack", 'vramledger.install("backend:vmm,cross_stream_slack_pct:0")',
               vramledger_conf="backend:vmm,cross_stream_slack_pct:0", expected_backend="vramledger"),
     Allocator("vramledger-nostreamorder",

@@ -264,6 +264,8 @@ def test_all_identical(tmp_path, fake_python):
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-chunk16: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
+                       "+0.0%; vramledger-slack05: "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-noslack: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-nostreamorder: "
