@@ -82,6 +82,12 @@ int run(const Options& options) {
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& config = configs[i];
       ReplayDevice device(config.backend, options.capacity_gib);
+      // Several configurations of one heap would print the same label: name the setting.
+      std::string policy = describe_policy(config, device.backend());
+      if (options.confs.size() > 1 && !options.confs[i].empty() &&
+          options.confs[i] != "paged_heap:false") {
+        policy += " [" + options.confs[i] + "]";
+      }
       Ledger ledger;
       auto allocator = std::make_unique<CachingAllocator>(device.backend(), &ledger, config.options);
       std::unique_ptr<SimulatedGpuLag> lag;
@@ -99,7 +105,7 @@ int run(const Options& options) {
           });
       lag.reset();  // the GPU catches up before the census below
       std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %6llu %8.3f%s\n",
-                  name.c_str(), describe_policy(config, device.backend()).c_str(),
+                  name.c_str(), policy.c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
                   static_cast<long long>(result.peak_reserved_bytes), result.overhead_ratio,
                   result.gmlake_ratio, static_cast<unsigned long long>(result.device_allocations),
@@ -134,8 +140,7 @@ int run(const Options& options) {
       }
       if (options.report && i + 1 == configs.size()) {
         std::printf("\nAccount after replaying %s (%s), everything freed, cache kept:\n%s\n",
-                    name.c_str(), describe_policy(config, device.backend()).c_str(),
-                    text_report(ledger, census).c_str());
+                    name.c_str(), policy.c_str(), text_report(ledger, census).c_str());
       }
     }
   }

@@ -75,6 +75,15 @@ class ReplayTest(ToolTest):
         result = self.expect_ok([REPLAY, "--conf", "", self.trace(BIG_ID)])
         self.assertIn("paged heap on simulated", result.stdout)
 
+    def test_several_settings_of_one_heap_are_told_apart(self):
+        trace = self.trace("s 0 0\na 1 3000000 0\nf 1\n")
+        result = self.expect_ok([REPLAY, "--conf", "map_chunk_mb:2", "--conf",
+                                 "map_chunk_mb:16", trace])
+        self.assertIn("paged heap on simulated [map_chunk_mb:2]", result.stdout)
+        self.assertIn("paged heap on simulated [map_chunk_mb:16]", result.stdout)
+        alone = self.expect_ok([REPLAY, "--conf", "map_chunk_mb:2", trace])
+        self.assertNotIn("[", alone.stdout, "one setting: the label stays as it was")
+
     def test_dev_zero_is_refused(self):
         self.expect_error([REPLAY, "/dev/zero"], "line longer than 4096 bytes", 2)
 
