@@ -2,6 +2,8 @@
 // (record_stream) stays active until events recorded there at free time complete — or until its
 // own stream needs memory and adopts it (adopt_pending_frees): the stream then waits on those
 // events on the GPU, so its new work is ordered after every use, and the block is free at once.
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "allocator/detail/policy_state.hpp"
@@ -174,37 +176,38 @@ inline void CachingAllocator::Impl::process_completed_frees_locked() {
 // wait cannot be queued (a capturing or broken stream) stays pending. Returns the blocks adopted.
 inline std::size_t CachingAllocator::Impl::adopt_pending_frees(StreamHeaps& owner, PoolKind pool) {
   if (!options_.adopt_pending_frees || pending_.empty()) return 0;
+  // One pass over the pending events (a rescan per adopted block made this quadratic): the
+  // owner's blocks in the order of their first event, each with whether all its waits queued.
+  std::vector<std::pair<Block*, bool>> blocks;
+  std::unordered_map<const Block*, std::size_t> index_of;
+  for (const PendingEvent& entry : pending_) {
+    Block* block = entry.block;
+    if (block->range->owner != &owner || block->range->pool != pool) continue;
+    const auto [it, first] = index_of.try_emplace(block, blocks.size());
+    if (first) blocks.emplace_back(block, true);
+    // All of the block's events, or none: after a wait that fails the block stays pending as it
+    // was (the waits already queued only delay the stream).
+    bool& queued = blocks[it->second].second;
+    if (queued && !backend_.stream_wait_event(owner.stream, entry.event)) queued = false;
+  }
+  if (blocks.empty()) return 0;
+  // The waits captured the adopted blocks' events' work: the handles may be recorded again.
+  std::size_t kept = 0;
+  for (const PendingEvent& entry : pending_) {
+    const auto it = index_of.find(entry.block);
+    if (it != index_of.end() && blocks[it->second].second) {
+      spare_events_.push_back(entry.event);
+    } else {
+      pending_[kept++] = entry;
+    }
+  }
+  pending_.resize(kept);
   std::size_t adopted = 0;
-  for (std::size_t i = 0; i < pending_.size();) {
-    Block* block = pending_[i].block;
-    if (block->range->owner != &owner || block->range->pool != pool) {
-      ++i;
-      continue;
-    }
-    // All of the block's events, or none: a wait that fails leaves it pending as it was (the
-    // waits already queued only delay the stream).
-    bool queued = true;
-    for (const PendingEvent& entry : pending_) {
-      if (entry.block == block && !backend_.stream_wait_event(owner.stream, entry.event)) {
-        queued = false;
-        break;
-      }
-    }
-    if (!queued) {
-      ++i;
-      continue;
-    }
-    // The waits captured the events' work: the handles may be recorded again.
-    for (std::size_t k = pending_.size(); k-- > 0;) {
-      if (pending_[k].block != block) continue;
-      spare_events_.push_back(pending_[k].event);
-      pending_[k] = pending_.back();
-      pending_.pop_back();
-    }
+  for (const auto& [block, queued] : blocks) {
+    if (!queued) continue;
     live_.erase(block->address);
     complete_free(block, EventKind::kFreeCompleted);
     ++adopted;
-    i = 0;  // the removals reordered pending_
   }
   return adopted;
 }

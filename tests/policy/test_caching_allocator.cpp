@@ -213,6 +213,49 @@ TEST_P(CachingAllocatorTest, CrossStreamFreeIsReusedOnlyAfterTheOtherStreamsWork
   expect_consistent();
 }
 
+// Several blocks awaiting two streams each, adopted in one pass: a stream wait that cannot be
+// queued leaves its block pending (all of a block's events, or none); the others are adopted.
+TEST_P(CachingAllocatorTest, AdoptionTakesEveryBlockWhoseWaitsQueueAndLeavesTheRest) {
+  const StreamHandle side_a = device_.create_stream();
+  const StreamHandle side_b = device_.create_stream();
+  ASSERT_TRUE(device_.pause_stream(side_a));
+  ASSERT_TRUE(device_.pause_stream(side_b));
+  std::vector<DevicePtr> blocks;
+  for (int k = 0; k < 3; ++k) {
+    const DevicePtr p = allocator_->allocate(24 * kMiB, 0);
+    allocator_->record_stream(p, side_a);
+    allocator_->record_stream(p, side_b);
+    blocks.push_back(p);
+  }
+  device_.enqueue_user_work(side_a);
+  device_.enqueue_user_work(side_b);
+  for (DevicePtr p : blocks) allocator_->deallocate(p);  // six pending events
+  // Waits in the order of the events: the fourth (the second block's second event) fails.
+  device_.inject_failure_at(SimOp::kStreamWaitEvent, 4);
+  const std::uint64_t waits_before = device_.call_count(SimOp::kStreamWaitEvent);
+  const std::int64_t before = reserved();
+  const DevicePtr q = allocator_->allocate(24 * kMiB, 0);
+  EXPECT_TRUE(q == blocks[0] || q == blocks[2]) << "an adopted block serves the request";
+  EXPECT_EQ(reserved(), before);
+  EXPECT_EQ(device_.call_count(SimOp::kStreamWaitEvent) - waits_before, 6u);
+  expect_consistent();
+  // The other adopted block serves the next request without another wait; the one after that
+  // adopts the second block, whose two waits now queue.
+  const DevicePtr q2 = allocator_->allocate(24 * kMiB, 0);
+  EXPECT_TRUE((q2 == blocks[0] || q2 == blocks[2]) && q2 != q);
+  EXPECT_EQ(device_.call_count(SimOp::kStreamWaitEvent) - waits_before, 6u);
+  const DevicePtr q3 = allocator_->allocate(24 * kMiB, 0);
+  EXPECT_EQ(q3, blocks[1]) << "the block whose wait failed stayed pending until now";
+  EXPECT_EQ(device_.call_count(SimOp::kStreamWaitEvent) - waits_before, 8u);
+  EXPECT_EQ(reserved(), before);
+  expect_consistent();
+  ASSERT_TRUE(device_.resume_stream(side_a));
+  ASSERT_TRUE(device_.resume_stream(side_b));
+  for (DevicePtr p : {q, q2, q3}) allocator_->deallocate(p);
+  allocator_->empty_cache();
+  expect_consistent();
+}
+
 TEST_P(CachingAllocatorTest, StreamsDoNotShareFreeBlocks) {
   const StreamHandle other = device_.create_stream();
   const DevicePtr p = allocator_->allocate(1 * kMiB, 0);
