@@ -62,7 +62,7 @@ fragmentation figure of the GMLake paper (ASPLOS 2024): the share of the most me
 held beyond the most ever in use; dev.alloc = driver allocations (segments for the
 segment heap, physical page chunks for the paged heap); map+unmap = cuMemMap/cuMemUnmap calls
 (paged heap only); seconds = replay time on this machine. Recorded figures and how they are
-reproduced: bench/results/2026-12-01-main-job.md, bench/README.md.
+reproduced: bench/results/2026-12-02-main-job.md, bench/README.md.
 LEGEND
     echo
   else
