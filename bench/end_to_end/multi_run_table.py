@@ -4,7 +4,8 @@
 
     python3 bench/end_to_end/multi_run_table.py RUN1/compare_allocators.json RUN2/... [--md OUT]
 
-For each workload and allocator: peak reserved / peak requested in every run that has it, the
+For each workload and allocator (ratio and paired median as compare_allocators derived them for
+its own table): peak reserved / peak requested in every run that has it, the
 spread (largest minus smallest), the median step time per run, the paired per-step median against
 native's run of the same invocation (each timed step divided by the same step of native: the
 schedule of shapes is the same, so this cancels the shapes and leaves the allocator), and the
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -26,23 +26,18 @@ REFERENCE = "native"
 
 
 def load_runs(paths: Sequence[Path]) -> List[Dict[str, Dict[str, Any]]]:
-    """One dict per invocation: "workload.allocator" -> that run's result (ok runs only)."""
+    """One dict per invocation: "workload.allocator" -> that run's record (ok runs only), with
+    the figures compare_allocators derived for it (ratio, paired per-step median vs native)."""
     invocations = []
     for path in paths:
         doc = json.loads(Path(path).read_text())
         runs = {}
         for record in doc.get("runs", []):
             if record.get("status") == "ok" and not record.get("control"):
-                runs[f"{record['workload']}.{record['allocator']}"] = record["result"]
+                runs[f"{record['workload']}.{record['allocator']}"] = {
+                    "result": record["result"], "derived": record["derived"]}
         invocations.append(runs)
     return invocations
-
-
-def paired_median(run: Dict[str, Any], native: Dict[str, Any]) -> Optional[float]:
-    warmup = run.get("warmup", 0)
-    mine, theirs = run.get("step_seconds", [])[warmup:], native.get("step_seconds", [])[warmup:]
-    ratios = [a / b for a, b in zip(mine, theirs) if b > 0]
-    return statistics.median(ratios) if ratios else None
 
 
 def steady_calls_per_step(run: Dict[str, Any]) -> Optional[float]:
@@ -59,11 +54,6 @@ def steady_calls_per_step(run: Dict[str, Any]) -> Optional[float]:
     return calls / steps if steps else None
 
 
-def ratio(run: Dict[str, Any]) -> Optional[float]:
-    requested = run.get("peak_requested_bytes")
-    return run["peak_reserved_bytes"] / requested if requested else None
-
-
 def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
     keys: List[str] = []
     for runs in invocations:
@@ -77,13 +67,13 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
             run = runs.get(key)
             if run is None:
                 continue
+            derived = run["derived"]
             row["runs"].append(number)
-            row["ratios"].append(ratio(run))
-            row["medians"].append(run.get("median_step_ms"))
-            native = runs.get(f"{workload}.{REFERENCE}")
-            row["paired"].append(paired_median(run, native)
-                                 if native is not None and allocator != REFERENCE else None)
-            row["steady"].append(steady_calls_per_step(run))
+            row["ratios"].append(derived.get("overhead_ratio"))
+            row["medians"].append(run["result"].get("median_step_ms"))
+            row["paired"].append(derived.get("paired_step_ratio")
+                                 if allocator != REFERENCE else None)
+            row["steady"].append(steady_calls_per_step(run["result"]))
         rows.append(row)
     return rows
 

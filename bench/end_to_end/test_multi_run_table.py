@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import compare_allocators as ca  # noqa: E402
 import multi_run_table as mrt  # noqa: E402
 
 
@@ -25,8 +26,13 @@ def result(reserved, requested, steps, warmup=1, per_step=None):
 def document(tmp_path, name, runs):
     records = [{"workload": w, "allocator": a, "status": "ok", "control": False, "result": r}
                for (w, a), r in runs.items()]
+    for record in records:   # the figures compare_allocators derives for every run it keeps
+        native = next(n for n in records if n["workload"] == record["workload"]
+                      and n["allocator"] == "native")
+        record["derived"] = ca.derive_figures(record, native)
     records.append({"workload": "w", "allocator": "native", "status": "ok", "control": True,
-                    "result": result(1, 1, [9.0, 9.0])})   # a control run: not a run of the table
+                    "result": result(1, 1, [9.0, 9.0]),
+                    "derived": {}})   # a control run: not a run of the table
     records.append({"workload": "w", "allocator": "broken", "status": "failed"})
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps({"runs": records}))
