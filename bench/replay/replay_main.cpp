@@ -8,6 +8,7 @@
 //   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -29,6 +30,10 @@
 
 namespace vramledger {
 namespace {
+
+// The default configurations: the paged heap ("") and the segment heap; their rows' heap names
+// say all there is to say about them.
+const std::vector<std::string> kDefaultConfs = {"", "paged_heap:false"};
 
 struct Options {
   std::vector<std::string> traces;
@@ -84,8 +89,8 @@ int run(const Options& options) {
       ReplayDevice device(config.backend, options.capacity_gib);
       // Several configurations of one heap would print the same label: name the setting.
       std::string policy = describe_policy(config, device.backend());
-      if (options.confs.size() > 1 && !options.confs[i].empty() &&
-          options.confs[i] != "paged_heap:false") {
+      if (options.confs.size() > 1 && std::find(kDefaultConfs.begin(), kDefaultConfs.end(),
+                                                options.confs[i]) == kDefaultConfs.end()) {
         policy += " [" + options.confs[i] + "]";
       }
       Ledger ledger;
@@ -173,7 +178,7 @@ int main(int argc, char** argv) {
                  "every N replayed operations (0: at once)")
       ->check(vramledger::whole_number_validator(0, 1000000000));
   CLI11_PARSE(app, argc, argv);
-  if (options.confs.empty()) options.confs = {"", "paged_heap:false"};
+  if (options.confs.empty()) options.confs = vramledger::kDefaultConfs;
   try {
     return vramledger::run(options);
   } catch (const std::exception& error) {
