@@ -6,8 +6,6 @@
 //
 //   vramledger-replay bench/traces/corpus/*.vlt.gz
 //   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
-#include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,7 +23,7 @@
 #include "bench/replay/replay_device.hpp"
 #include "bench/replay/replayer.hpp"
 #include "bench/replay/simulated_gpu_lag.hpp"
-#include "bench/replay/tool_flag_validators.hpp"
+#include "bench/replay/tool_command_line.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -157,27 +155,23 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   vramledger::Options options;
-  CLI::App app{"Replays vramledger workload traces on the simulated device or, with "
-               "--conf backend:vmm|cuda_malloc|malloc_async, on GPU 0."};
-  app.add_option("traces", options.traces, "workload traces (.vlt or .vlt.gz)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app.add_option("--conf", options.confs,
-                 "allocator configuration string, repeatable (default: paged heap and segment "
-                 "heap)")
-      ->allow_extra_args(false);
-  app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
-      ->check(vramledger::capacity_gib_validator());
-  app.add_flag("--report", options.report, "print the ledger's account after each trace");
-  app.add_flag("--check", options.check, "check the ledger against a recount after each replay");
-  app.add_flag("--timeline", options.timeline,
-               "also print the driver calls (creates, maps, unmaps) by tenth of the trace, and "
-               "those of the steady state by kind");
-  app.add_option("--gpu-lag-ops", options.gpu_lag_ops,
-                 "simulated device only: the GPU runs behind the CPU, completing queued work once "
-                 "every N replayed operations (0: at once)")
-      ->check(vramledger::whole_number_validator(0, 1000000000));
-  CLI11_PARSE(app, argc, argv);
+  vramledger::ToolCommandLine app{"Replays vramledger workload traces on the simulated device or, "
+                                  "with --conf backend:vmm|cuda_malloc|malloc_async, on GPU 0."};
+  app.existing_files("traces", options.traces, "workload traces (.vlt or .vlt.gz)");
+  app.texts("--conf", options.confs,
+            "allocator configuration string, repeatable (default: paged heap and segment heap)");
+  app.capacity_gib("--capacity-gib", options.capacity_gib, "simulated device memory");
+  app.flag("--report", options.report, "print the ledger's account after each trace");
+  app.flag("--check", options.check, "check the ledger against a recount after each replay");
+  app.flag("--timeline", options.timeline,
+           "also print the driver calls (creates, maps, unmaps) by tenth of the trace, and those "
+           "of the steady state by kind");
+  app.whole_number("--gpu-lag-ops", options.gpu_lag_ops, 0, 1000000000,
+                   "simulated device only: the GPU runs behind the CPU, completing queued work "
+                   "once every N replayed operations (0: at once)");
+  if (const int status = app.parse(argc, argv); status != vramledger::ToolCommandLine::kRun) {
+    return status;
+  }
   if (options.confs.empty()) options.confs = vramledger::kDefaultConfs;
   try {
     return vramledger::run(options);

@@ -3,8 +3,6 @@
 //
 //   vramledger-report bench/traces/corpus/gpt2_train.vlt.gz --html gpt2.html --json gpt2.json
 //   vramledger-report trace.vlt.gz --conf paged_heap:false --prometheus metrics.prom
-#include <CLI/CLI.hpp>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +22,7 @@
 #include "allocator/config.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/replay/replayer.hpp"
-#include "bench/replay/tool_flag_validators.hpp"
+#include "bench/replay/tool_command_line.hpp"
 #include "bench/replay/workload_trace.hpp"
 
 namespace vramledger {
@@ -144,24 +142,23 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   vramledger::Options options;
-  CLI::App app{"Replays a workload trace on the simulated device and writes the ledger's "
-               "reports (JSON, Prometheus text, self-contained HTML)."};
-  app.add_option("trace", options.trace, "workload trace (.vlt or .vlt.gz)")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app.add_option("--conf", options.conf, "allocator configuration string (default: paged heap)");
-  app.add_option("--capacity-gib", options.capacity_gib, "simulated device memory")
-      ->check(vramledger::capacity_gib_validator());
-  app.add_option("--samples", options.samples, "points of the HTML timeline")
-      ->check(vramledger::whole_number_validator(2, 100000));
-  app.add_flag("--empty-cache", options.empty_cache, "empty the cache before reporting");
-  app.add_option("--json", options.json_path, "write the JSON report here");
-  app.add_option("--prometheus", options.prometheus_path, "write Prometheus text here");
-  app.add_option("--html", options.html_path, "write the HTML report here");
+  vramledger::ToolCommandLine app{"Replays a workload trace on the simulated device and writes "
+                                  "the ledger's reports (JSON, Prometheus text, self-contained "
+                                  "HTML)."};
+  app.existing_file("trace", options.trace, "workload trace (.vlt or .vlt.gz)");
+  app.text("--conf", options.conf, "allocator configuration string (default: paged heap)");
+  app.capacity_gib("--capacity-gib", options.capacity_gib, "simulated device memory");
+  app.whole_number("--samples", options.samples, 2, 100000, "points of the HTML timeline");
+  app.flag("--empty-cache", options.empty_cache, "empty the cache before reporting");
+  app.text("--json", options.json_path, "write the JSON report here");
+  app.text("--prometheus", options.prometheus_path, "write Prometheus text here");
+  app.text("--html", options.html_path, "write the HTML report here");
   app.footer("Exit status: 0 the trace replayed whole; 3 some requests did not fit in the simulated "
              "device (--capacity-gib): the reports were written but are not the trace's; any other "
              "non-zero status: an error, said on stderr.");
-  CLI11_PARSE(app, argc, argv);
+  if (const int status = app.parse(argc, argv); status != vramledger::ToolCommandLine::kRun) {
+    return status;
+  }
   try {
     return vramledger::run(options);
   } catch (const std::exception& error) {
