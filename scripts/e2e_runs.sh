@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Several end-to-end runs for issue 14's table, on a GPU machine with the package staged:
 # RUNS invocations of bench/end_to_end/compare_allocators.py, one after the other (each runs
-# every allocator of a workload back to back, so drift between runs hits all of them), then
+# every allocator of a workload back to back, so drift between runs hits all of them; even runs
+# pass --native-last, so running first favours no allocator), then
 # bench/end_to_end/multi_run_table.py over their JSON files.
 #
 #   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger] [--workloads NAMES]
@@ -49,9 +50,11 @@ per_run=$((budget / runs))
 jsons=()
 for ((run = 1; run <= runs; run++)); do
   echo "=== e2e_runs: run $run of $runs (time limit ${per_run}s)"
+  order=()
+  ((run % 2 == 0)) && order=(--native-last)   # alternate who runs first
   python3 "$repo/bench/end_to_end/compare_allocators.py" --only "$allocators,$workloads" \
     --steps "$steps" --warmup "$warmup" --out "$out/run$run" --commit "$commit" \
-    --time-limit-s "$per_run" --no-matplotlib >"$out/run$run.log" 2>&1
+    --time-limit-s "$per_run" --no-matplotlib "${order[@]}" >"$out/run$run.log" 2>&1
   echo "    exit $?: $(grep '^SUMMARY' "$out/run$run.log" | tail -n 1)"
   [[ -f "$out/run$run/compare_allocators.json" ]] && jsons+=("$out/run$run/compare_allocators.json")
 done

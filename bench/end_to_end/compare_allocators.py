@@ -83,6 +83,8 @@ import e2e_common as common  # noqa: E402
 
 SCHEMA = "vramledger-end-to-end/1"
 GiB = float(1 << 30)
+# A workload's run is not started when less time is left than its earlier run took, plus this.
+RUN_LENGTH_MARGIN = 1.1
 
 
 # The pieces: allocators, workloads, outputs (one module each).
@@ -322,17 +324,31 @@ class Runner:
         # wait_for_lanes timed out) must not add records behind the listing of what never ran.
         self.closed = False
 
+    def expected_wall_s(self, workload: str) -> Optional[float]:
+        """The longest finished run of this workload so far, with a margin; None before any."""
+        with self.lock:
+            walls = [r["wall_s"] for r in self.doc["runs"]
+                     if r["workload"] == workload and r["status"] == "ok" and r.get("wall_s")]
+        return max(walls) * RUN_LENGTH_MARGIN if walls else None
+
     def run_one(self, workload: str, allocator: str, gpu: Optional[str],
                 control: bool = False) -> Dict[str, Any]:
         key = run_key(workload, allocator, control)
         record: Dict[str, Any] = {"key": key, "workload": workload, "allocator": allocator,
                                   "control": control, "gpu": gpu, "status": "not_run"}
         left = self.deadline - time.monotonic()
+        # A run that the time left cannot hold would only be killed: judge its length by the
+        # workload's run under another allocator (the same program and schedule).
+        needs = self.expected_wall_s(workload)
         if self.registry.stopped:
             record["error"] = "stopped before this run started"
         elif left < self.args.min_run_s:
             record["error"] = (f"not started: only {left:.0f}s of the "
                                f"{self.args.time_limit_s:.0f}s time limit left")
+        elif needs is not None and left < needs:
+            record["error"] = (f"not started: only {left:.0f}s of the "
+                               f"{self.args.time_limit_s:.0f}s time limit left, and this "
+                               f"workload's earlier run took {needs / RUN_LENGTH_MARGIN:.0f}s")
         else:
             result_file = self.out / "runs" / f"{key}.json"
             log_file = self.out / "logs" / f"{key}.log"
@@ -392,8 +408,12 @@ class Runner:
 
     def run(self, workloads: List[str], allocators: List[str], gpus: List[str]) -> None:
         lanes: List[List[Tuple[str, str]]] = [[] for _ in gpus]
+        # --native-last runs each workload's allocators in the reverse order, so that a series
+        # of invocations alternating it cancels any advantage of running first (GPU clocks,
+        # caches, the host's load) out of the paired step times.
+        order = list(reversed(allocators)) if self.args.native_last else allocators
         for index, workload in enumerate(workloads):  # a workload's runs share one GPU
-            lanes[index % len(gpus)].extend((workload, a) for a in allocators)
+            lanes[index % len(gpus)].extend((workload, a) for a in order)
         self.threads = [threading.Thread(target=self.run_lane, args=(plan, gpu), daemon=True)
                         for plan, gpu in zip(lanes, gpus) if plan]
         for thread in self.threads:
@@ -528,6 +548,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-timeout-s", type=float, default=90,
                         help="one process's limit (default 90)")
     parser.add_argument("--min-run-s", type=float, default=12, help=argparse.SUPPRESS)
+    parser.add_argument("--native-last", action="store_true",
+                        help="run each workload's allocators in the reverse order, native last "
+                             "(alternate it between invocations so running first favours none)")
     parser.add_argument("--steps", type=int, help="steps per run (default: per workload)")
     parser.add_argument("--warmup", type=int, help="untimed first steps (default: per workload)")
     parser.add_argument("--seed", type=int, default=0)
@@ -552,6 +575,7 @@ def new_document(args, workloads: List[str], allocators: List[str]) -> Dict[str,
                  "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
                  "seed": args.seed, "quick": args.quick, "gpus": args.gpus,
                  "time_limit_s": args.time_limit_s, "run_timeout_s": args.run_timeout_s,
+                 "native_last": args.native_last,
                  "plot": "svg-writer" if args.no_matplotlib else "auto"},
         "plan": {"workloads": workloads, "allocators": allocators,
                  "allocator_specs": {a: {"description": ALLOCATORS[a].description,
@@ -607,7 +631,7 @@ def main(argv: Optional[Sequence[str]] = None,
               f"{len(workloads) * len(allocators)} processes on GPU(s) {', '.join(gpus)}; "
               f"{args.run_timeout_s:.0f}s each at most, {args.time_limit_s:.0f}s in all")
         for index, workload in enumerate(workloads):
-            for allocator in allocators:
+            for allocator in (list(reversed(allocators)) if args.native_last else allocators):
                 env = ALLOCATORS[allocator].env
                 result_file = Path(args.out) / "runs" / f"{run_key(workload, allocator)}.json"
                 command = command_for(args, workload, allocator, result_file)

@@ -11,7 +11,8 @@ native's run of the same invocation (each timed step divided by the same step of
 schedule of shapes is the same, so this cancels the shapes and leaves the allocator), and the
 driver calls vramledger made per step in the steady state (steps that did not raise peak reserved;
 from the `per_step` record). A verdict column holds each allocator to the issue's goals: every
-ratio <= --max-ratio (1.02) with a spread <= --max-spread (0.005) over at least --min-runs (3).
+ratio <= --max-ratio (1.02) with a spread <= --max-spread (0.005) over at least --min-runs (3),
+and the median over runs of the paired per-step medians <= --max-step (1.00).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
     return rows
 
 
-def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: int) -> str:
+def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: int,
+            max_step: float = 1.0) -> str:
     if row["allocator"] == REFERENCE:
         return "reference"
     ratios = [r for r in row["ratios"] if r is not None]
@@ -92,6 +94,12 @@ def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: 
         problems.append(f"spread {spread:.4f} > {max_spread}")
     if len(ratios) < min_runs:
         problems.append(f"{len(ratios)} of {min_runs} runs")
+    paired = sorted(p for p in row["paired"] if p is not None)
+    if paired:   # the runs' paired per-step medians, judged by their median
+        middle = paired[len(paired) // 2] if len(paired) % 2 else \
+            (paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2
+        if middle > max_step:
+            problems.append(f"step {middle:.3f}x > {max_step:.2f}x")
     return "meets" if not problems else "; ".join(problems)
 
 
@@ -101,10 +109,11 @@ def fmt(values: List[Optional[float]], spec: str) -> str:
 
 
 def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
-           min_runs: int) -> str:
+           min_runs: int, max_step: float = 1.0) -> str:
     lines = ["| workload | allocator | runs | peak reserved / peak requested | spread | "
              "median step ms | paired per-step median vs native | steady driver calls per step "
-             f"| goal (≤ {max_ratio}, spread ≤ {max_spread}, {min_runs} runs) |",
+             f"| goal (≤ {max_ratio}, spread ≤ {max_spread}, {min_runs} runs, "
+             f"step ≤ {max_step:.2f}x) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ratios = [r for r in row["ratios"] if r is not None]
@@ -114,7 +123,7 @@ def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
         lines.append(f"| {row['workload']} | {row['allocator']} | "
                      f"{' / '.join(map(str, row['runs']))} | {fmt(row['ratios'], '.4f')} | "
                      f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {steady} | "
-                     f"{verdict(row, max_ratio, max_spread, min_runs)} |")
+                     f"{verdict(row, max_ratio, max_spread, min_runs, max_step)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -126,13 +135,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-ratio", type=float, default=1.02)
     parser.add_argument("--max-spread", type=float, default=0.005)
     parser.add_argument("--min-runs", type=int, default=3)
+    parser.add_argument("--max-step", type=float, default=1.0,
+                        help="the median over runs of the paired per-step medians vs native")
     args = parser.parse_args(argv)
     for path in args.runs:
         if not path.is_file():
             parser.error(f"{path}: no such file")
     try:
         table = render(rows_of(load_runs(args.runs)), args.max_ratio, args.max_spread,
-                       args.min_runs)
+                       args.min_runs, args.max_step)
     except (ValueError, KeyError, TypeError) as error:
         print(f"multi_run_table: not a compare_allocators.json: {error!r}", file=sys.stderr)
         return 2

@@ -519,3 +519,30 @@ def test_module_docstrings_name_every_workload():
     text = textwrap.dedent(ca.__doc__)
     for name in list(ca.WORKLOADS) + list(ca.ALLOCATORS):
         assert name in text
+
+
+def test_native_last_reverses_each_workloads_order_and_still_compares(tmp_path, fake_python):
+    out = tmp_path / "out"
+    done = run_script("compare_allocators.py", fake_python, out, "--quick", "--native-last")
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = load(out)
+    assert doc["meta"]["native_last"] is True
+    for workload in doc["plan"]["workloads"]:
+        ran = [r["allocator"] for r in doc["runs"] if r["workload"] == workload]
+        assert ran == list(reversed(doc["plan"]["allocators"])) and ran[-1] == "native"
+    ours = next(r for r in doc["runs"] if r["allocator"] == "vramledger")
+    assert ours["derived"]["paired_step_ratio"] == pytest.approx(1.0)
+
+
+def test_a_run_the_time_left_cannot_hold_is_not_started(tmp_path, fake_python):
+    # native takes ~4 s; with a 7 s limit the next run of the workload would be killed midway.
+    out = tmp_path / "out"
+    done = run_script("compare_allocators.py", fake_python, out, "--only",
+                      "gpt2_train,vramledger", "--time-limit-s", "7", "--min-run-s", "1",
+                      behaviour={"gpt2_train.native": "sleep:4", "gpt2_train.vramledger": "sleep:4"})
+    doc = load(out)
+    ours = next(r for r in doc["runs"] if r["allocator"] == "vramledger")
+    assert ours["status"] == "not_run", ours
+    assert "earlier run took" in ours["error"]
+    assert not any(r["status"] == "timeout" for r in doc["runs"])
+    assert done.returncode == 1

@@ -65,6 +65,19 @@ def test_table_of_three_runs(tmp_path):
     assert "| w | vramledger | 1 / 2 / 3 | 1.0100 / 1.0120 / 1.0300 | 0.0200 |" in table
 
 
+def test_slower_steps_fail_the_goal_by_the_median_of_the_runs(tmp_path):
+    paths = []
+    for run, slowdown in enumerate((1.3, 1.1, 0.9), start=1):
+        paths.append(document(tmp_path, f"run{run}", {
+            ("w", "native"): result(2000, 1000, [1.0, 0.1, 0.1, 0.1]),
+            ("w", "vramledger"): result(1005, 1000, [1.0] + [0.1 * slowdown] * 3),
+        }))
+    mine = mrt.rows_of(mrt.load_runs(paths))[1]
+    assert mine["paired"] == pytest.approx([1.3, 1.1, 0.9])
+    assert mrt.verdict(mine, 1.02, 0.005, 3) == "step 1.100x > 1.00x"
+    assert mrt.verdict(mine, 1.02, 0.005, 3, max_step=1.2) == "meets"
+
+
 def test_a_run_missing_from_an_invocation_is_counted_short(tmp_path):
     first = document(tmp_path, "a", {("w", "native"): result(2, 1, [1, 1]),
                                      ("w", "vramledger"): result(1010, 1000, [1, 1])})
