@@ -7,6 +7,7 @@
 #
 #   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger] [--workloads NAMES]
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
+#                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
 #
 # --workloads: comma-separated (default: all seven). The budget is split evenly between the runs
 # (each invocation gets budget/RUNS as its --time-limit-s; a workload that would not fit is
@@ -24,6 +25,7 @@ workloads=gpt2_train,llama_train,gpt2_generate,resnet50_train,vit_train,t5_train
 steps=24
 warmup=4
 budget=540
+profile_steps=0
 out=""
 commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${VRAMLEDGER_GIT_COMMIT:-unknown}")
 while (($#)); do
@@ -36,6 +38,7 @@ while (($#)); do
     --budget-s) budget=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --commit) commit=$2; shift 2 ;;
+    --profile-steps) profile_steps=$2; shift 2 ;;
     *) echo "e2e_runs: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -54,7 +57,7 @@ for ((run = 1; run <= runs; run++)); do
   ((run % 2 == 0)) && order=(--native-last)   # alternate who runs first
   python3 "$repo/bench/end_to_end/compare_allocators.py" --only "$allocators,$workloads" \
     --steps "$steps" --warmup "$warmup" --out "$out/run$run" --commit "$commit" \
-    --time-limit-s "$per_run" --no-matplotlib "${order[@]}" >"$out/run$run.log" 2>&1
+    --time-limit-s "$per_run" --no-matplotlib --profile-steps "$profile_steps" "${order[@]}" >"$out/run$run.log" 2>&1
   echo "    exit $?: $(grep '^SUMMARY' "$out/run$run.log" | tail -n 1)"
   [[ -f "$out/run$run/compare_allocators.json" ]] && jsons+=("$out/run$run/compare_allocators.json")
 done

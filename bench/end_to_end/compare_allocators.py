@@ -149,8 +149,35 @@ def driver_calls(vramledger) -> Tuple[int, int, int]:
             int(stats.get("num_device_alloc") or 0))
 
 
+def profile_gpu_time(torch, workload, state, shapes) -> Dict[str, Any]:
+    """GPU time per step (kernels, copies, memsets: torch.profiler's device time) over extra,
+    untimed steps of the given shapes. Against native's same figure it tells where a slower step
+    is lost: the same GPU time means the CPU side (the allocator's calls, launch gaps); more GPU
+    time means the work itself ran slower (where its memory lies)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    # CPU activity too: the CUDA one alone is refused where torch has no CUDA (the tests); the
+    # CPU events' own device time is 0, so the sum below is the GPU's alone.
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if torch.cuda.is_available() else [])
+    gpu_ms: List[float] = []
+    for shape in shapes:
+        torch.cuda.synchronize()
+        with profile(activities=activities) as prof:
+            workload.step(torch, state, shape)
+            torch.cuda.synchronize()
+        total_us = 0.0
+        for event in prof.key_averages():
+            own = getattr(event, "self_device_time_total", None)
+            if own is None:   # torch before the device_time names
+                own = getattr(event, "self_cuda_time_total", 0.0)
+            total_us += own
+        gpu_ms.append(total_us / 1e3)
+    return {"shapes": shapes, "gpu_ms": gpu_ms}
+
+
 def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int, seed: int,
-               result_file: Path) -> int:
+               result_file: Path, profile_steps: int = 0) -> int:
     """One (workload, allocator) run in this fresh process; writes result_file."""
     common.die_with_parent()
     started = time.perf_counter()
@@ -202,6 +229,12 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
             per_step.append([torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()]
                             + (list(driver_calls(vramledger)) if vramledger is not None else []))
         finished = time.perf_counter()
+        if profile_steps > 0:   # after the timed steps: the profiler's cost stays out of them
+            try:
+                result["profile"] = profile_gpu_time(torch, workload, state,
+                                                     schedule[-profile_steps:])
+            except Exception as error:  # noqa: BLE001 - a figure lost, not the run
+                result["profile"] = {"error": repr(error)}
         measured = step_seconds[warmup:]
         stats = torch.cuda.memory_stats()
         result.update({
@@ -302,7 +335,8 @@ def child_command(args, workload: str, allocator: str, result_file: Path) -> Lis
     steps, warmup = steps_of(workload, args)
     return [args.python, str(Path(__file__).resolve()), "--child", workload,
             "--allocator", allocator, "--steps", str(steps), "--warmup", str(warmup),
-            "--seed", str(args.seed), "--result-file", str(result_file)]
+            "--seed", str(args.seed), "--result-file", str(result_file),
+            "--profile-steps", str(args.profile_steps)]
 
 
 class Runner:
@@ -460,7 +494,11 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dic
     median_ms = result.get("median_step_ms")
     # Step by step against native's same step (same shapes in every run): the schedule's own
     # spread of step times cancels out, which the ratio of two medians does not.
-    paired = None
+    paired = gpu_ratio = None
+    ours_gpu = (result.get("profile") or {}).get("gpu_ms")
+    theirs_gpu = ((native or {}).get("result", {}).get("profile") or {}).get("gpu_ms")
+    if ours_gpu and theirs_gpu and len(ours_gpu) == len(theirs_gpu):
+        gpu_ratio = common.median([a / b for a, b in zip(ours_gpu, theirs_gpu) if a and b] or [0])
     if native is not None and result.get("schedule") == native["result"].get("schedule"):
         warmup = result.get("warmup", 0)
         ours, theirs = result.get("step_seconds") or [], native["result"].get("step_seconds") or []
@@ -471,6 +509,7 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dic
             "median_step_ms": median_ms, "p90_step_ms": result.get("p90_step_ms"),
             "step_time_vs_native": (median_ms / native_ms if median_ms and native_ms else None),
             "paired_step_ratio": paired,
+            "paired_gpu_time_ratio": gpu_ratio or None,
             "peak_reserved_vs_native": (reserved / native["result"]["peak_reserved_bytes"]
                                         if reserved and native else None)}
 
@@ -548,6 +587,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-timeout-s", type=float, default=90,
                         help="one process's limit (default 90)")
     parser.add_argument("--min-run-s", type=float, default=12, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-steps", type=int, default=0, metavar="N",
+                        help="after the timed steps, run the last N shapes again under "
+                             "torch.profiler and record their GPU time (default 0: none)")
     parser.add_argument("--native-last", action="store_true",
                         help="run each workload's allocators in the reverse order, native last "
                              "(alternate it between invocations so running first favours none)")
@@ -601,7 +643,7 @@ def main(argv: Optional[Sequence[str]] = None,
             parser.error("--child needs a known workload, --allocator, --steps, --warmup and "
                          "--result-file")
         return child_main(args.child, args.allocator, args.steps, args.warmup, args.seed,
-                          Path(args.result_file))
+                          Path(args.result_file), args.profile_steps)
     if args.render:
         doc = common.read_json(Path(args.render))
         if doc is None or doc.get("schema") != SCHEMA:
@@ -620,6 +662,8 @@ def main(argv: Optional[Sequence[str]] = None,
         parser.error(str(error))
     if args.gpus < 1:
         parser.error("--gpus must be at least 1")
+    if args.profile_steps < 0:
+        parser.error("--profile-steps must be 0 or more")
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be at least 1")
     if args.warmup is not None and (args.warmup < 0 or args.warmup >= (args.steps or min(

@@ -8,7 +8,9 @@ For each workload and allocator (ratio and paired median as compare_allocators d
 its own table): peak reserved / peak requested in every run that has it, the
 spread (largest minus smallest), the median step time per run, the paired per-step median against
 native's run of the same invocation (each timed step divided by the same step of native: the
-schedule of shapes is the same, so this cancels the shapes and leaves the allocator), and the
+schedule of shapes is the same, so this cancels the shapes and leaves the allocator), the GPU
+time of the profiled extra steps against native's (compare_allocators --profile-steps: equal GPU
+time puts a slower step on the CPU side), and the
 driver calls vramledger made per step in the steady state (steps that did not raise peak reserved;
 from the `per_step` record). A verdict column holds each allocator to the issue's goals: every
 ratio <= --max-ratio (1.02) with a spread <= --max-spread (0.005) over at least --min-runs (3),
@@ -63,7 +65,8 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
     for key in keys:
         workload, allocator = key.split(".", 1)
         row: Dict[str, Any] = {"workload": workload, "allocator": allocator, "runs": [],
-                               "ratios": [], "medians": [], "paired": [], "steady": []}
+                               "ratios": [], "medians": [], "paired": [], "gpu": [],
+                               "steady": []}
         for number, runs in enumerate(invocations, start=1):
             run = runs.get(key)
             if run is None:
@@ -74,6 +77,7 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
             row["medians"].append(run["result"].get("median_step_ms"))
             row["paired"].append(derived.get("paired_step_ratio")
                                  if allocator != REFERENCE else None)
+            row["gpu"].append(derived.get("paired_gpu_time_ratio"))
             row["steady"].append(steady_calls_per_step(run["result"]))
         rows.append(row)
     return rows
@@ -111,18 +115,20 @@ def fmt(values: List[Optional[float]], spec: str) -> str:
 def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
            min_runs: int, max_step: float = 1.0) -> str:
     lines = ["| workload | allocator | runs | peak reserved / peak requested | spread | "
-             "median step ms | paired per-step median vs native | steady driver calls per step "
+             "median step ms | paired per-step median vs native | GPU time vs native "
+             "(profiled steps) | steady driver calls per step "
              f"| goal (≤ {max_ratio}, spread ≤ {max_spread}, {min_runs} runs, "
              f"step ≤ {max_step:.2f}x) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ratios = [r for r in row["ratios"] if r is not None]
         spread = f"{max(ratios) - min(ratios):.4f}" if ratios else "—"
         steady = ("—" if all(s is None for s in row["steady"]) else fmt(row["steady"], ".1f"))
         paired = ("—" if row["allocator"] == REFERENCE else fmt(row["paired"], ".3f"))
+        gpu = ("—" if all(g is None for g in row["gpu"]) else fmt(row["gpu"], ".3f"))
         lines.append(f"| {row['workload']} | {row['allocator']} | "
                      f"{' / '.join(map(str, row['runs']))} | {fmt(row['ratios'], '.4f')} | "
-                     f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {steady} | "
+                     f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {gpu} | {steady} | "
                      f"{verdict(row, max_ratio, max_spread, min_runs, max_step)} |")
     return "\n".join(lines) + "\n"
 

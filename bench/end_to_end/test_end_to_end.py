@@ -546,3 +546,34 @@ def test_a_run_the_time_left_cannot_hold_is_not_started(tmp_path, fake_python):
     assert "earlier run took" in ours["error"]
     assert not any(r["status"] == "timeout" for r in doc["runs"])
     assert done.returncode == 1
+
+
+def test_profile_gpu_time_runs_each_shape_once_and_reports_milliseconds(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)   # no GPU here
+    seen = []
+
+    class Workload:
+        @staticmethod
+        def step(torch_module, state, shape):
+            seen.append(shape)
+            return torch_module.ones(4).sum()
+
+    out = ca.profile_gpu_time(torch, Workload, {}, [{"seq": 1}, {"seq": 2}])
+    assert seen == [{"seq": 1}, {"seq": 2}]
+    assert out["shapes"] == seen and len(out["gpu_ms"]) == 2
+    assert all(isinstance(v, float) and v >= 0 for v in out["gpu_ms"])
+
+
+def test_paired_gpu_time_ratio_is_derived_only_when_both_runs_profiled():
+    def run(gpu_ms):
+        result = {"peak_reserved_bytes": 2, "peak_requested_bytes": 1, "schedule": [1],
+                  "step_seconds": [1.0], "warmup": 0}
+        if gpu_ms is not None:
+            result["profile"] = {"gpu_ms": gpu_ms}
+        return {"result": result}
+    native = run([10.0, 20.0, 30.0])
+    assert ca.derive_figures(run([11.0, 22.0, 36.0]), native)["paired_gpu_time_ratio"] == \
+        pytest.approx(1.1)
+    assert ca.derive_figures(run(None), native)["paired_gpu_time_ratio"] is None
+    assert ca.derive_figures(run([1.0]), native)["paired_gpu_time_ratio"] is None
