@@ -9,8 +9,11 @@
 # so does a compiler or linker warning, which the build's log keeps).
 # Exits non-zero on any failure. Run scripts/setup.sh first.
 #
-# The randomized stress test runs 200,000 steps per heap shape here (50,000 under the sanitizers),
-# so the whole command stays within ~10 minutes on a 2-core machine; its full length, 10^6 steps,
+# The builds run one after another, each sanitizer build compiled at the lowest CPU priority while
+# the previous build's tests run (they leave part of the cores idle); its compiler output is
+# printed when its tests start. The randomized stress test runs 200,000 steps per heap shape here
+# (50,000 under the sanitizers), so the whole command stays within ~10 minutes on a 2-core machine
+# (compiling is most of it); its full length, 10^6 steps,
 # is scripts/stress_long.sh, whose result is recorded in bench/results/. VRAMLEDGER_STRESS_OPS and
 # VRAMLEDGER_STRESS_OPS_SANITIZED override the two lengths.
 set -uo pipefail
@@ -27,6 +30,7 @@ jobs=$(nproc)
 start=$(date +%s)
 builds=(build-release build-asan build-tsan)
 build_failures=0
+background_pid=
 rm -rf "${builds[@]}"
 
 stress_ops=${VRAMLEDGER_STRESS_OPS:-200000}
@@ -43,21 +47,22 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-# phase DIR TEST_ARGS -- SETUP_ARGS...
-phase() {
-  local dir=$1 test_args=$2 phase_start
-  phase_start=$(date +%s)
-  shift 3
-  echo "=== $dir: meson setup $*"
+# build DIR -- SETUP_ARGS...: configures and compiles DIR. The compiler's output is kept in
+# DIR/compile.log (shown as it comes with SHOW_BUILD=1, else printed by report_build); the
+# outcome goes to DIR/build.result: "ok WARNINGS SECONDS", "configure-failed" or "build-failed".
+# PHASE_SUITE=S builds only the executables of suite S (what that phase runs).
+build() {
+  local dir=$1 build_start
+  build_start=$(date +%s)
+  shift 2
+  mkdir -p "$dir"
   local setup_log
   setup_log=$(mktemp)
   if ! meson setup "$dir" "$@" >"$setup_log" 2>&1; then
-    cat "$setup_log"; rm -f "$setup_log"
-    echo "=== $dir: configure FAILED"; build_failures=$((build_failures + 1)); return
+    cat "$setup_log" >"$dir/compile.log"; rm -f "$setup_log"
+    echo configure-failed >"$dir/build.result"; return
   fi
   rm -f "$setup_log"
-  # The compiler's output is kept in DIR/compile.log and shown; any warning fails the run.
-  # PHASE_SUITE=S builds only the executables of suite S (what that phase runs).
   local targets=()
   if [[ -n "${PHASE_SUITE:-}" ]]; then
     mapfile -t targets < <(meson introspect "$dir" --tests | python3 -c '
@@ -67,20 +72,57 @@ for test in json.load(sys.stdin):
     if any(s == suite or s.endswith(":" + suite) for s in test["suite"]):
         print(os.path.relpath(test["cmd"][0], build))' "$PHASE_SUITE" "$dir" | sort -u)
   fi
-  meson compile -C "$dir" -j "$jobs" "${targets[@]}" 2>&1 | tee "$dir/compile.log"
-  if [[ ${PIPESTATUS[0]} -ne 0 ]]; then
-    echo "=== $dir: build FAILED"; build_failures=$((build_failures + 1)); return
+  local status
+  if [[ "${SHOW_BUILD:-0}" == 1 ]]; then
+    meson compile -C "$dir" -j "$jobs" "${targets[@]}" 2>&1 | tee "$dir/compile.log"
+    status=${PIPESTATUS[0]}
+  else
+    meson compile -C "$dir" -j "$jobs" "${targets[@]}" >"$dir/compile.log" 2>&1
+    status=$?
   fi
+  if ((status != 0)); then echo build-failed >"$dir/build.result"; return; fi
   local warnings  # gcc/ld: "warning:", nvcc: "warning #20012-D:"
   warnings=$(grep -cE '(^|[^[:alpha:]])warning( #[0-9A-Z-]+)?:' "$dir/compile.log")
+  echo "ok $warnings $(( $(date +%s) - build_start ))" >"$dir/build.result"
+}
+
+# report_build DIR [SHOWN]: prints a build's outcome (and its compiler output unless SHOWN) and
+# counts a failed configure or compile, or any compiler/linker warning, as one failure. Returns
+# non-zero when there is nothing to test.
+report_build() {
+  local dir=$1 shown=${2:-0} result
+  result=$(cat "$dir/build.result" 2>/dev/null || echo build-failed)
+  if [[ $shown != 1 || $result == configure-failed ]]; then cat "$dir/compile.log" 2>/dev/null; fi
+  case $result in
+    configure-failed)
+      echo "=== $dir: configure FAILED"; build_failures=$((build_failures + 1)); return 1 ;;
+    build-failed)
+      echo "=== $dir: build FAILED"; build_failures=$((build_failures + 1)); return 1 ;;
+  esac
+  local warnings seconds
+  read -r _ warnings seconds <<<"$result"
   if ((warnings > 0)); then
     echo "=== $dir: $warnings compiler/linker warning line(s) (see $dir/compile.log): counted as a failure"
     build_failures=$((build_failures + 1))
   fi
-  echo "=== $dir: built in $(( $(date +%s) - phase_start )) s, $warnings warnings"
+  echo "=== $dir: built in $seconds s, $warnings warnings"
+}
+
+# test_phase DIR TEST_ARGS
+test_phase() {
+  local dir=$1 test_args=$2 test_start
+  test_start=$(date +%s)
   # shellcheck disable=SC2086  # test_args is a word list on purpose
   meson test -C "$dir" --no-rebuild --num-processes "$jobs" --print-errorlogs $test_args || true
-  echo "=== $dir: done in $(( $(date +%s) - phase_start )) s"
+  echo "=== $dir: tests done in $(( $(date +%s) - test_start )) s"
+}
+
+# background_build DIR -- SETUP_ARGS...: build() in the background at the lowest CPU priority,
+# so it takes only the CPU that the tests running meanwhile leave idle (they wait on child
+# processes, sleep, or run one long test on one core); the tests' own speed is unchanged.
+background_build() {
+  ( renice -n 19 -p "$BASHPID" >/dev/null; build "$@" ) &
+  background_pid=$!
 }
 
 # The torch plugin is built against the torch scripts/setup.sh pinned in .venv, when it is there.
@@ -88,14 +130,35 @@ torch_args=()
 if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)" 2>/dev/null; then
   torch_args=(-Dtorch_python="$repo_root/.venv/bin/python")
 fi
-VRAMLEDGER_STRESS_OPS=$stress_ops \
-  phase build-release "" -- --buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}"
+release_args=(--buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}")
+asan_args=("${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined)
+tsan_args=("${sanitizer_common[@]}" --werror -Db_sanitize=thread)
+
+# Each build is compiled while the previous build's tests run (background_build); a phase's tests
+# start once its own build is done.
+echo "=== build-release: meson setup ${release_args[*]}"
+SHOW_BUILD=1 build build-release -- "${release_args[@]}"
+echo "=== build-asan: meson setup ${asan_args[*]} (compiled in the background while build-release's tests run)"
+background_build build-asan -- "${asan_args[@]}"
+if report_build build-release 1; then
+  VRAMLEDGER_STRESS_OPS=$stress_ops test_phase build-release ""
+fi
+wait "$background_pid"
+
+echo "=== build-tsan: meson setup ${tsan_args[*]} (compiled in the background while build-asan's tests run; the 'concurrent' suite's executables only)"
+PHASE_SUITE=concurrent background_build build-tsan -- "${tsan_args[@]}"
 # Tests in pure Python (suite python_only: nothing of the sanitized build runs in them) run in
 # the release phase only.
-VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
-  phase build-asan "--no-suite python_only --timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined
-VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized PHASE_SUITE=concurrent \
-  phase build-tsan "--suite concurrent --timeout-multiplier 4" -- "${sanitizer_common[@]}" --werror -Db_sanitize=thread
+if report_build build-asan; then
+  VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
+    test_phase build-asan "--no-suite python_only --timeout-multiplier 4"
+fi
+wait "$background_pid"
+
+if report_build build-tsan; then
+  VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
+    test_phase build-tsan "--suite concurrent --timeout-multiplier 4"
+fi
 
 echo "run_tests: finished in $(( $(date +%s) - start )) s (randomized stress: $stress_ops steps per heap, $stress_ops_sanitized under the sanitizers; the 10^6-step run is scripts/stress_long.sh)"
 python3 .ci/testlog_summary.py --build-failures "$build_failures" "${builds[@]}"
