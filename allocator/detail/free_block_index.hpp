@@ -30,20 +30,23 @@ class FreeBlockIndex {
   // first (for choosing among good fits by another criterion than size).
   template <typename Visitor>
   void for_each_fit(std::size_t size, int limit, Visitor&& visit) const {
-    for (std::uint32_t bin = bin_of(size); bin < bins_.size() && limit > 0; ++bin) {
-      const int cls = class_of(bin);
-      if ((class_bitmap_ >> cls & 1) == 0) {
-        bin = (static_cast<std::uint32_t>(cls) + 1) * kSubclasses - 1;  // skip the empty class
-        continue;
-      }
-      for (Block* b = bins_[bin]; b != nullptr && limit > 0; b = b->free_next) {
-        if (b->size < size) continue;
-        visit(b);
-        --limit;
+    // Only non-empty bins, found through the bitmaps, in ascending order (as find would).
+    const std::uint32_t first = bin_of(size);
+    for (int cls = class_of(first); cls < kClasses && limit > 0; ++cls) {
+      if ((class_bitmap_ >> cls & 1) == 0) continue;
+      std::uint32_t subs = subclass_bitmaps_[cls];
+      if (cls == class_of(first)) subs &= ~0u << (first & (kSubclasses - 1));
+      for (; subs != 0 && limit > 0; subs &= subs - 1) {
+        const auto bin = (static_cast<std::uint32_t>(cls) << kSubclassBits) |
+                         static_cast<std::uint32_t>(std::countr_zero(subs));
+        for (Block* b = bins_[bin]; b != nullptr && limit > 0; b = b->free_next) {
+          if (b->size < size) continue;
+          visit(b);
+          --limit;
+        }
       }
     }
   }
-
   std::size_t count() const { return count_; }
   // Visits every block (for census and reports); order unspecified.
   template <typename Visitor>

@@ -2,6 +2,7 @@
 // physical pages are mapped only under pages some live block touches, and a page no live
 // block touches can be unmapped and its memory re-mapped anywhere else. Where the memory
 // comes from is the physical pool's business (physical_pool.cpp).
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -157,9 +158,11 @@ inline std::optional<CachingAllocator::Impl::Placement>
 CachingAllocator::Impl::tightest_mapped_run(const FreeBlockIndex& index, std::size_t size) const {
   std::optional<Placement> best;
   std::size_t best_bytes = SIZE_MAX;
-  index.for_each([&](Block* block) {
+  // Only blocks of at least `size` bytes can hold such a run: the fits, in the order for_each
+  // would reach them (a tie keeps the first), without walking every smaller free block.
+  index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* block) {
     const AddressRange& span = *block->range;
-    if (!span.is_span || block->size < size || best_bytes == size) return;
+    if (!span.is_span || best_bytes == size) return;
     const std::size_t last = page_of(span, block->end() - 1) + 1;
     for (std::size_t first = span.next_page(true, page_of(span, block->address), last);
          first < last; first = span.next_page(true, first, last)) {
