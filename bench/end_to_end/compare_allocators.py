@@ -85,6 +85,8 @@ SCHEMA = "vramledger-end-to-end/1"
 GiB = float(1 << 30)
 # A workload's run is not started when less time is left than its earlier run took, plus this.
 RUN_LENGTH_MARGIN = 1.1
+# The allocator entry that is vramledger's default configuration (what --max-ratio holds).
+DEFAULT_VRAMLEDGER = "vramledger"
 
 
 # The pieces: allocators, workloads, outputs (one module each).
@@ -543,10 +545,17 @@ def finish_document(doc: Dict[str, Any]) -> None:
                 elif entry.get("native_reproducible") is True:
                     why += "; native reproduced itself bitwise, so the allocator changed results"
                 failures.append(f"{workload}: {allocator} differs from native: {why}")
+    max_ratio = doc["meta"].get("max_ratio")
     for run in doc["runs"]:
         native = runs.get((run["workload"], REFERENCE, False))
         if run["status"] == "ok":
             run["derived"] = derive_figures(run, native)
+            ratio = run["derived"]["overhead_ratio"]
+            # The guard holds the default configuration (the figure users get) to its goal.
+            if (max_ratio and run["allocator"] == DEFAULT_VRAMLEDGER and not run["control"]
+                    and ratio is not None and ratio > max_ratio):
+                failures.append(f"{run['workload']}: {run['allocator']} peak reserved / peak "
+                                f"requested {ratio:.4f} > {max_ratio} (--max-ratio)")
         else:
             why = str(run.get("error") or "").strip().splitlines()
             failures.append(f"{run['key']}: {run['status']}: {why[0] if why else ''}")
@@ -590,6 +599,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile-steps", type=int, default=0, metavar="N",
                         help="after the timed steps, run the last N shapes again under "
                              "torch.profiler and record their GPU time (default 0: none)")
+    parser.add_argument("--max-ratio", type=float, metavar="R",
+                        help=f"fail when {DEFAULT_VRAMLEDGER}'s (the default configuration's) "
+                             "peak reserved / peak requested exceeds R (the GPU suite's guard)")
     parser.add_argument("--native-last", action="store_true",
                         help="run each workload's allocators in the reverse order, native last "
                              "(alternate it between invocations so running first favours none)")
@@ -617,7 +629,7 @@ def new_document(args, workloads: List[str], allocators: List[str]) -> Dict[str,
                  "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
                  "seed": args.seed, "quick": args.quick, "gpus": args.gpus,
                  "time_limit_s": args.time_limit_s, "run_timeout_s": args.run_timeout_s,
-                 "native_last": args.native_last,
+                 "native_last": args.native_last, "max_ratio": args.max_ratio,
                  "plot": "svg-writer" if args.no_matplotlib else "auto"},
         "plan": {"workloads": workloads, "allocators": allocators,
                  "allocator_specs": {a: {"description": ALLOCATORS[a].description,
@@ -662,6 +674,8 @@ def main(argv: Optional[Sequence[str]] = None,
         parser.error(str(error))
     if args.gpus < 1:
         parser.error("--gpus must be at least 1")
+    if args.max_ratio is not None and not args.max_ratio >= 1:
+        parser.error("--max-ratio must be a number >= 1")
     if args.profile_steps < 0:
         parser.error("--profile-steps must be 0 or more")
     if args.steps is not None and args.steps < 1:

@@ -577,3 +577,18 @@ def test_paired_gpu_time_ratio_is_derived_only_when_both_runs_profiled():
         pytest.approx(1.1)
     assert ca.derive_figures(run(None), native)["paired_gpu_time_ratio"] is None
     assert ca.derive_figures(run([1.0]), native)["paired_gpu_time_ratio"] is None
+
+
+def test_max_ratio_fails_the_default_configuration_over_it(tmp_path, fake_python):
+    # The fake vramledger reserves 8.5 GiB for 8 GiB requested: 1.0625.
+    out = tmp_path / "over"
+    done = run_script("compare_allocators.py", fake_python, out, "--only",
+                      "gpt2_train,vramledger", "--max-ratio", "1.02")
+    assert done.returncode == 1
+    assert "vramledger peak reserved / peak requested 1.0625 > 1.02" in done.stdout
+    out = tmp_path / "under"
+    done = run_script("compare_allocators.py", fake_python, out, "--only",
+                      "gpt2_train,vramledger", "--max-ratio", "1.07")
+    assert done.returncode == 0, done.stdout
+    assert run_script("compare_allocators.py", fake_python, tmp_path / "bad",
+                      "--max-ratio", "nan").returncode == 2
