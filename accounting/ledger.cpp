@@ -117,15 +117,18 @@ Ledger::~Ledger() = default;
 class Ledger::ReadGuard {
  public:
   explicit ReadGuard(const Ledger& ledger)
-      : ledger_(ledger), sharded_(ledger.sharded_.load(std::memory_order_acquire)) {
-    if (!sharded_) return;
+      : ledger_(ledger),
+        sharded_(ledger.sharded_.load(std::memory_order_acquire)),
+        locked_(sharded_ || ledger.concurrent_.load(std::memory_order_acquire)) {
+    if (!locked_) return;
     ledger_.mutex_.lock();
+    if (!sharded_) return;
     ledger_.lock_shards();
     const_cast<Ledger&>(ledger_).fold_locked();  // moves figures, changes no value
   }
   ~ReadGuard() {
-    if (!sharded_) return;
-    ledger_.unlock_shards();
+    if (!locked_) return;
+    if (sharded_) ledger_.unlock_shards();
     ledger_.mutex_.unlock();
   }
   ReadGuard(const ReadGuard&) = delete;
@@ -134,6 +137,7 @@ class Ledger::ReadGuard {
  private:
   const Ledger& ledger_;
   bool sharded_;
+  bool locked_;  // sharded, or events come from several threads (accept_concurrent_events)
 };
 
 void Ledger::fold_for_read() const noexcept { ReadGuard guard(*this); }

@@ -4,7 +4,8 @@
 // on_event is called with the allocator's lock held and is the hot path (two or three events per
 // allocate/free pair): fixed arrays only, no allocation, no locking, no string work. Queries are
 // not synchronised with on_event either: call them under the allocator's lock, or while no thread
-// allocates or frees.
+// allocates or frees. An allocator with per-stream locks (accept_concurrent_events) reports from
+// several threads at once: from then on on_event and every query take the ledger's lock.
 //
 // Front caches (docs/design.md, 5): once an allocator opens a shard (open_shard), threads also
 // report through their LedgerShard (ledger_shard.hpp) without the allocator's lock. From then on
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,10 +71,21 @@ class Ledger final : public AllocatorObserver {
 
   void on_event(const AllocatorEvent& event) noexcept override {
     if (!sharded_.load(std::memory_order_acquire)) [[likely]] {
+      if (concurrent_.load(std::memory_order_relaxed)) {
+        std::lock_guard lock(mutex_);
+        apply(event);
+        return;
+      }
       apply(event);
       return;
     }
     on_event_sharded(event);
+  }
+  // From now on on_event and every query take the ledger's lock: allocators with per-stream
+  // locks report from several threads at once (docs/design.md 4). Irreversible.
+  bool accept_concurrent_events() noexcept override {
+    concurrent_.store(true, std::memory_order_release);
+    return true;
   }
   // Front-cache shards (ledger_shards.cpp).
   bool has_shards() const noexcept override { return true; }
@@ -195,7 +208,8 @@ class Ledger final : public AllocatorObserver {
   // Shards (ledger_shard.hpp). `outstanding_*` is, per counter, the sum over shards of
   // delta + credit; only the slow path (every shard's mutex held) changes it.
   std::atomic<bool> sharded_{false};
-  mutable SpinMutex mutex_;  // taken by on_event once sharded_, and by queries
+  std::atomic<bool> concurrent_{false};  // accept_concurrent_events: events and queries lock
+  mutable SpinMutex mutex_;  // taken by on_event once sharded_ or concurrent_, and by queries
   mutable bool shards_held_ = false;  // under mutex_: lock_shards() is in effect
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};

@@ -104,8 +104,9 @@ class AllocatorObserver {
   // Destroying an observer that an allocator still reports to would turn that allocator's next
   // event into a use after free: it is a fatal error with a message instead.
   virtual ~AllocatorObserver();
-  // Called with the allocator's lock held, in the order the changes happened. Must not throw
-  // and must not call back into the allocator.
+  // Called with the allocator's lock held (or, after accept_concurrent_events returned true, a
+  // stream's lock), in the order the changes happened. Must not throw and must not call back
+  // into the allocator.
   virtual void on_event(const AllocatorEvent& event) noexcept = 0;
   // A human-readable account attached to out-of-memory errors.
   virtual std::string describe() const { return {}; }
@@ -113,6 +114,12 @@ class AllocatorObserver {
   // allocator's lock (the front cache is then off). Called under the allocator's lock; the
   // shard stays valid until close_shard, which folds what it counted into the observer.
   virtual bool has_shards() const noexcept { return false; }
+  // Asked once by each allocator as it is built: whether on_event may be called by several
+  // threads at once (the allocator's per-stream locks, docs/design.md 4). An observer that
+  // answers true makes each call atomic itself (a lock of its own, taken after the allocator's
+  // locks); the calls about one stream, and about one block, still come in the order of the
+  // changes. Answering false keeps every event under the allocator's one lock.
+  virtual bool accept_concurrent_events() noexcept { return false; }
   virtual ObserverShard* open_shard() { return nullptr; }
   virtual void close_shard(ObserverShard* /*shard*/) noexcept {}
 

@@ -16,6 +16,9 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
                    (observer_ == nullptr || observer_->has_shards());
   front_max_block_ = options_.front_cache_bytes / 4;
   front_id_ = next_front_id();
+  // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp) need an
+  // observer that takes events from several threads at once; front caches keep the one lock.
+  stream_path_ = !front_enabled_ && (observer_ == nullptr || observer_->accept_concurrent_events());
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "round_bytes must be a power of two, got " + std::to_string(options_.round_bytes));
@@ -49,6 +52,9 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
                                                   std::size_t block_bytes) {
   const std::size_t size = request_size(bytes, block_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  if (stream_path_) {
+    if (const DevicePtr ptr = stream_allocate(bytes, size, pool, stream, tag)) return ptr;
+  }
   std::lock_guard lock(mutex_);
   return allocate_block_locked(bytes, size, pool, stream, tag)->address;
 }
@@ -130,13 +136,15 @@ inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::siz
 
 // Makes a block just taken from the free lists the user's, and announces it.
 inline DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t bytes,
-                                                  StreamHandle stream, TagId tag) {
+                                                  StreamHandle stream, TagId tag,
+                                                  SplitDelta& split) {
   block->requested = bytes;
   block->tag = tag;
   block->state = BlockState::kAllocated;
   block->range->active_blocks++;
   live_.insert(block->address, block);
-  emit(EventKind::kAlloc, block->range->pool, stream, block->address, block->size, bytes, tag);
+  emit_with(split, EventKind::kAlloc, block->range->pool, stream, block->address, block->size,
+            bytes, tag);
   return block->address;
 }
 
@@ -203,6 +211,8 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
   streams_.push_back(std::make_unique<StreamHeaps>());
   streams_.back()->stream = stream;
   last_stream_ = streams_.back().get();
+  // Locked now as the rest of the allocator's lock is; open to the fast path once it is released.
+  if (stream_path_) mutex_.publish(*last_stream_);
   return *last_stream_;
 }
 

@@ -14,7 +14,11 @@ namespace vramledger {
 template <typename T>
 class AddressMap {
  public:
-  AddressMap() { slots_.resize(kInitialCapacity); }
+  static constexpr std::size_t kDefaultCapacity = 1024;
+  // `initial_capacity`: a power of two.
+  explicit AddressMap(std::size_t initial_capacity = kDefaultCapacity) {
+    slots_.resize(initial_capacity);
+  }
 
   T* find(DevicePtr address) const {
     for (std::size_t i = home(address);; i = (i + 1) & mask()) {
@@ -69,7 +73,6 @@ class AddressMap {
     DevicePtr address = 0;
     T* block = nullptr;
   };
-  static constexpr std::size_t kInitialCapacity = 1024;
 
   std::size_t mask() const { return slots_.size() - 1; }
   std::size_t home(DevicePtr address) const {

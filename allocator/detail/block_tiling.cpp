@@ -13,7 +13,7 @@ inline Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind poo
   range->owner = &heaps;
   range->pool = pool;
   range->is_span = is_span;
-  Block* block = block_pool_.create();
+  Block* block = heaps.blocks.create();
   block->address = base;
   block->size = bytes;
   block->range = range;
@@ -25,7 +25,7 @@ inline Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind poo
 
 // Splits `block` into [address, address + size) (kept in `block`) and the rest (returned).
 inline Block* CachingAllocator::Impl::split_front(Block* block, std::size_t size) {
-  Block* rest = block_pool_.create();
+  Block* rest = block->range->owner->blocks.create();
   rest->address = block->address + size;
   rest->size = block->size - size;
   rest->range = block->range;
@@ -44,22 +44,25 @@ inline void CachingAllocator::Impl::unlink(Block* block) {
   if (block->prev != nullptr) block->prev->next = block->next;
   if (block->next != nullptr) block->next->prev = block->prev;
   if (block->range->first == block) block->range->first = block->next;
-  block_pool_.destroy(block);
+  block->range->owner->blocks.destroy(block);
 }
 
 // Segment heap: torch's meaning of inactive split — a free block sharing its segment.
-inline void CachingAllocator::Impl::refresh_inactive_split(Block* block) {
+inline void CachingAllocator::Impl::refresh_inactive_split(Block* block, SplitDelta& split) {
   if (block->range->is_span) return;
-  const bool split = block->state == BlockState::kFree &&
-                     (block->prev != nullptr || block->next != nullptr);
-  set_inactive_split(block, split);
+  const bool is_split = block->state == BlockState::kFree &&
+                        (block->prev != nullptr || block->next != nullptr);
+  set_inactive_split(block, is_split, split);
 }
 
-inline void CachingAllocator::Impl::set_inactive_split(Block* block, bool value) {
+inline void CachingAllocator::Impl::set_inactive_split(Block* block, bool value,
+                                                       SplitDelta& split) {
   if (block->counted_inactive_split == value) return;
   block->counted_inactive_split = value;
-  note_split_change(value ? 1 : -1, value ? static_cast<std::int64_t>(block->size)
-                                          : -static_cast<std::int64_t>(block->size));
+  note_split_change(value ? 1 : -1,
+                    value ? static_cast<std::int64_t>(block->size)
+                          : -static_cast<std::int64_t>(block->size),
+                    split);
 }
 
 }  // namespace vramledger

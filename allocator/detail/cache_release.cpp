@@ -31,6 +31,11 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   trim_free_physical(0);
   if (heaps.ranges[0].empty() && heaps.ranges[1].empty()) {
     if (last_stream_ == &heaps) last_stream_ = nullptr;
+    if (heaps.open.load(std::memory_order_relaxed)) {
+      // A fast path may be about to lock it: it stays, closed (stream_locks.hpp).
+      mutex_.withdraw(heaps);
+      withdrawn_streams_.push_back(std::move(*it));
+    }
     streams_.erase(it);
   }
 }
@@ -84,7 +89,7 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
       throw_if_error(backend_.free_address_range(range->base, range->size),
                      [&] { return "freeing the address span at " + format_hex(range->base); });
       heaps.free[p].remove(range->first);
-      block_pool_.destroy(range->first);
+      heaps.blocks.destroy(range->first);
       emit(EventKind::kVirtualRelease, range->pool, heaps.stream, range->base, range->size);
       delete range;
       ranges[i] = ranges.back();
@@ -98,7 +103,7 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
     });
     heaps.free[p].remove(block);
     set_inactive_split(block, false);
-    block_pool_.destroy(block);
+    heaps.blocks.destroy(block);
     reserved_bytes_ -= range->size;
     emit(EventKind::kSegmentRelease, range->pool, heaps.stream, range->base, range->size);
     delete range;
@@ -159,7 +164,7 @@ inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
         }
         for (Block* b = range->first; b != nullptr;) {
           Block* next = b->next;
-          block_pool_.destroy(b);
+          heaps->blocks.destroy(b);
           b = next;
         }
         delete range;

@@ -11,6 +11,7 @@
 namespace vramledger {
 
 inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
+  if (stream_path_ && stream_deallocate(ptr)) return;
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "free");
@@ -92,10 +93,11 @@ inline EventHandle CachingAllocator::Impl::take_event() {
 }
 
 // `kind` is kFree for a free that completes at once, else kFreeCompleted.
-inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) {
+inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
+                                                  SplitDelta& split) {
   AddressRange& range = *block->range;
   StreamHeaps& owner = *range.owner;
-  if (range.is_span) mark_pages(*block, -1);
+  if (range.is_span) mark_pages(*block, -1, split);
   AllocatorEvent event{kind};  // sent once the merges below have added their split changes
   event.pool = range.pool;
   event.stream = owner.stream;
@@ -115,21 +117,21 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind) 
   FreeBlockIndex& index = owner.free[pool_index(range.pool)];
   if (Block* prev = block->prev; prev != nullptr && prev->state == BlockState::kFree) {
     index.remove(prev);
-    set_inactive_split(prev, false);
+    set_inactive_split(prev, false, split);
     prev->size += block->size;
     unlink(block);
     block = prev;
   }
   if (Block* next = block->next; next != nullptr && next->state == BlockState::kFree) {
     index.remove(next);
-    set_inactive_split(next, false);
+    set_inactive_split(next, false, split);
     block->size += next->size;
     unlink(next);
   }
   index.insert(block);
-  refresh_inactive_split(block);
-  emit(event.kind, event.pool, event.stream, event.address, event.size, event.requested,
-       event.tag);
+  refresh_inactive_split(block, split);
+  emit_with(split, event.kind, event.pool, event.stream, event.address, event.size,
+            event.requested, event.tag);
   if (!range.is_span) return;
 
   // Pages the freed bytes touched that now lie wholly in free space.

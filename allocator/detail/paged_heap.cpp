@@ -34,6 +34,14 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
   } else {
     address = block->address;
   }
+  return take_from_span(index, block, address, size, pending_split_);
+}
+
+// [address, address + size) of `block`, free in `index`, becomes the allocation, backed by
+// pages first (throws with nothing changed); what is left of the block on either side stays free.
+inline Block* CachingAllocator::Impl::take_from_span(FreeBlockIndex& index, Block* block,
+                                                     DevicePtr address, std::size_t size,
+                                                     SplitDelta& split) {
   back_with_pages(*block, address, size);  // throws with nothing changed
   index.remove(block);
   if (block->address < address) {  // placed inside the free block: its front stays free
@@ -42,7 +50,7 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
     index.insert(front);
   }
   if (block->size > size) index.insert(split_front(block, size));
-  mark_pages(*block, +1);
+  mark_pages(*block, +1, split);
   return block;
 }
 
@@ -327,16 +335,18 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
 // Adds (+1) or removes (-1) the block's bytes on its first and last page and announces the
 // change of those pages' free bytes (the paged heap's inactive split: free bytes on pages that
 // active blocks hold, which no page-sized request can use).
-inline void CachingAllocator::Impl::mark_pages(const Block& block, int direction) {
+inline void CachingAllocator::Impl::mark_pages(const Block& block, int direction,
+                                               SplitDelta& split) {
   AddressRange& span = *block.range;
   const std::size_t first = page_of(span, block.address);
   const std::size_t last = page_of(span, block.end() - 1);
-  mark_edge_page(span, block, first, direction);
-  if (last != first) mark_edge_page(span, block, last, direction);
+  mark_edge_page(span, block, first, direction, split);
+  if (last != first) mark_edge_page(span, block, last, direction, split);
 }
 
 inline void CachingAllocator::Impl::mark_edge_page(AddressRange& span, const Block& block,
-                                                   std::size_t index, int direction) {
+                                                   std::size_t index, int direction,
+                                                   SplitDelta& split) {
   PageUse& page = span.page_use[index];
   const DevicePtr page_start = span.base + index * page_bytes_;
   const std::size_t overlap =
@@ -353,7 +363,8 @@ inline void CachingAllocator::Impl::mark_edge_page(AddressRange& span, const Blo
   if (old_fragment == new_fragment) return;
   note_split_change((new_fragment > 0 ? 1 : 0) - (old_fragment > 0 ? 1 : 0),
                     static_cast<std::int64_t>(new_fragment) -
-                        static_cast<std::int64_t>(old_fragment));
+                        static_cast<std::int64_t>(old_fragment),
+                    split);
 }
 
 }  // namespace vramledger

@@ -14,6 +14,7 @@
 //   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
+//   detail/stream_fast_path.cpp  own-stream allocations and frees under the stream's lock alone
 //   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
 //   detail/pool_sleep.cpp      sleep and wake of a whole segment-heap pool (CUDA graph pools)
 //
@@ -23,13 +24,15 @@
 // allocate+free pair cost 7-13 ns more). A tier file must therefore be listed with the others in
 // allocator/meson.build; one compiled on its own fails to link.
 //
-// Locking: one SpinMutex per allocator (one allocator per device). The public operations take it;
-// every other member function expects it held (the `_locked` suffix marks the two that public
-// operations also call). The front caches' fast path takes only its thread's cache mutex; the
-// lock order is in docs/design.md, section 4.
+// Locking: one allocator lock per allocator (one allocator per device; StreamLocks: a global lock
+// and every published stream's). The public operations take it; every other member function
+// expects it held (the `_locked` suffix marks the two that public operations also call). The
+// per-stream fast path (detail/stream_fast_path.cpp) takes only its stream's lock; the front
+// caches' fast path only its thread's cache mutex; the lock order is in docs/design.md, section 4.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -49,36 +52,15 @@
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
+#include "allocator/detail/sharded_block_map.hpp"
 #include "allocator/detail/sleep_state.hpp"
+#include "allocator/detail/stream_heaps.hpp"
+#include "allocator/detail/stream_locks.hpp"
 #include "allocator/detail/thread_cache.hpp"
 #include "allocator/spin_mutex.hpp"
 #include "allocator/text_format.hpp"
 
 namespace vramledger {
-
-// Free lists, ranges and fences of one stream.
-struct StreamHeaps {
-  StreamHandle stream = 0;
-  FreeBlockIndex free[2];
-  std::vector<AddressRange*> ranges[2];
-  // Fences prove, without blocking, that work queued on the stream before some free has
-  // finished, so the freed pages may be unmapped. A page freed while next_fence == n is idle
-  // once fence n has completed.
-  std::uint64_t next_fence = 1;
-  std::uint64_t completed_fence = 0;
-  bool page_freed_since_last_fence = false;
-  std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
-  // Old addresses of chunks aliased to a new address of this stream (alias_pending_pages): still
-  // mapped until fence `fence` completes, then unmapped.
-  struct RetiringMapping {
-    AddressRange* span;
-    std::size_t head;
-    std::size_t pages;
-    std::uint64_t fence;
-    PhysicalHandle handle;  // now also mapped at the new address
-  };
-  std::vector<RetiringMapping> retiring;
-};
 
 struct PendingEvent {
   Block* block;
@@ -154,15 +136,24 @@ class CachingAllocator::Impl {
 
   void emit(EventKind kind, PoolKind pool, StreamHandle stream, DevicePtr address,
             std::size_t size, std::size_t requested = 0, TagId tag = kUntagged) {
+    emit_with(pending_split_, kind, pool, stream, address, size, requested, tag);
+  }
+  // `split`: the split changes this event carries (and clears): the allocator's for operations
+  // under its lock, the operation's own on the per-stream fast path.
+  void emit_with(SplitDelta& split, EventKind kind, PoolKind pool, StreamHandle stream,
+                 DevicePtr address, std::size_t size, std::size_t requested = 0,
+                 TagId tag = kUntagged) {
     if (kind == EventKind::kAlloc) {
-      active_bytes_ += size;
-      peak_active_bytes_ = std::max(peak_active_bytes_, active_bytes_);
+      add_active(size);
     } else if (kind == EventKind::kFree || kind == EventKind::kFreeCompleted) {
-      active_bytes_ -= size;
+      sub_active(size);
     }
     // A front cache's parked block going back to its heap was counted free when the user freed it.
     if (kind == EventKind::kFree && returning_front_block_) kind = EventKind::kFrontCacheReturn;
-    if (observer_ == nullptr) return;
+    if (observer_ == nullptr) {
+      split = SplitDelta{};
+      return;
+    }
     AllocatorEvent event;
     event.kind = kind;
     event.pool = pool;
@@ -171,18 +162,31 @@ class CachingAllocator::Impl {
     event.address = address;
     event.size = size;
     event.requested = requested;
-    event.inactive_split_delta = pending_split_count_;
-    event.inactive_split_bytes_delta = pending_split_bytes_;
-    pending_split_count_ = 0;
-    pending_split_bytes_ = 0;
+    event.inactive_split_delta = split.count;
+    event.inactive_split_bytes_delta = split.bytes;
+    split = SplitDelta{};
     observer_->on_event(event);
+  }
+  // Active bytes and their exact peak, from several streams at once: the peak takes every value
+  // the sum reaches (each fetch_add returns one), never one it does not. Kept for the paged
+  // heap's cross-stream slack only: the segment heap skips the shared cache line.
+  void add_active(std::size_t bytes) {
+    if (!paged_) return;
+    const std::size_t now = active_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t peak = peak_active_bytes_.load(std::memory_order_relaxed);
+    while (now > peak &&
+           !peak_active_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void sub_active(std::size_t bytes) {
+    if (paged_) active_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
   // Inactive split changes wait for the event of the operation that caused them and travel on
   // it (see AllocatorEvent), so the fast path sends one event per call.
-  void note_split_change(int count, std::int64_t bytes) {
-    pending_split_count_ += count;
-    pending_split_bytes_ += bytes;
+  void note_split_change(int count, std::int64_t bytes, SplitDelta& split) {
+    split.count += count;
+    split.bytes += bytes;
   }
   void emit_block(EventKind kind, const Block* block) {
     emit(kind, block->range->pool, block->range->owner->stream, block->address, block->size,
@@ -191,7 +195,11 @@ class CachingAllocator::Impl {
 
   // ---- requests (caching_allocator.cpp)
 
-  DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag);
+  DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag,
+                     SplitDelta& split);
+  DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag) {
+    return hand_out(block, bytes, stream, tag, pending_split_);
+  }
   Block* free_block_holding(StreamHeaps& heaps, PoolKind pool, DevicePtr address,
                             std::size_t size);
   StreamHeaps& heaps_for(StreamHandle stream);
@@ -204,12 +212,18 @@ class CachingAllocator::Impl {
                    bool is_span);
   Block* split_front(Block* block, std::size_t size);
   void unlink(Block* block);
-  void refresh_inactive_split(Block* block);
-  void set_inactive_split(Block* block, bool value);
+  void refresh_inactive_split(Block* block, SplitDelta& split);
+  void set_inactive_split(Block* block, bool value, SplitDelta& split);
+  void refresh_inactive_split(Block* block) { refresh_inactive_split(block, pending_split_); }
+  void set_inactive_split(Block* block, bool value) {
+    set_inactive_split(block, value, pending_split_);
+  }
 
   // ---- segment heap (detail/segment_heap.cpp)
 
   Block* allocate_from_segments(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  void take_from_segment(FreeBlockIndex& index, PoolKind pool, Block* block, std::size_t size,
+                         SplitDelta& split);
   std::size_t segment_size_for(PoolKind pool, std::size_t size) const;
   Block* add_segment(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void ensure_within_cap(std::size_t more) const;
@@ -256,6 +270,8 @@ class CachingAllocator::Impl {
   }
 
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size);
+  Block* take_from_span(FreeBlockIndex& index, Block* block, DevicePtr address, std::size_t size,
+                        SplitDelta& split);
   void back_with_pages(const Block& block, DevicePtr address, std::size_t size);
   // Where an allocation goes in a free block and what that costs: (must wait for an old
   // address, pages to map), compared lexicographically.
@@ -279,8 +295,10 @@ class CachingAllocator::Impl {
                                 bool wait, const PageExclusion& exclusion,
                                 StreamChoice choice = StreamChoice::kAll,
                                 const StreamHeaps* stream = nullptr);
-  void mark_pages(const Block& block, int direction);
-  void mark_edge_page(AddressRange& span, const Block& block, std::size_t index, int direction);
+  void mark_pages(const Block& block, int direction, SplitDelta& split);
+  void mark_pages(const Block& block, int direction) { mark_pages(block, direction, pending_split_); }
+  void mark_edge_page(AddressRange& span, const Block& block, std::size_t index, int direction,
+                      SplitDelta& split);
 
   // ---- the free physical pool (detail/physical_pool.cpp)
 
@@ -323,7 +341,16 @@ class CachingAllocator::Impl {
   // ---- frees (detail/frees.cpp)
 
   EventHandle take_event();
-  void complete_free(Block* block, EventKind kind);
+  void complete_free(Block* block, EventKind kind, SplitDelta& split);
+  void complete_free(Block* block, EventKind kind) { complete_free(block, kind, pending_split_); }
+
+  // ---- the per-stream fast path (detail/stream_fast_path.cpp; docs/design.md 4)
+
+  bool stream_path_open_locked() const;
+  bool stream_free_allowed_locked(const StreamHeaps& heaps, const Block* block) const;
+  DevicePtr stream_allocate(std::size_t bytes, std::size_t size, PoolKind pool,
+                            StreamHandle stream, TagId tag);
+  bool stream_deallocate(DevicePtr ptr);
   void process_completed_frees_locked();
   std::size_t adopt_pending_frees(StreamHeaps& owner, PoolKind pool);
 
@@ -372,7 +399,13 @@ class CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- state
 
-  mutable SpinMutex mutex_;  // see spin_mutex.hpp: std::mutex collapsed under 4+ threads
+  // The allocator's lock: a global SpinMutex (std::mutex collapsed under 4+ threads), then the
+  // published streams' locks (stream_locks.hpp). Taken whole by every operation but the
+  // per-stream fast path, which takes one stream's lock.
+  mutable StreamLocks mutex_;
+  // Whether own-stream operations may run under their stream's lock (fixed at construction:
+  // the observer accepts concurrent events, no front caches).
+  bool stream_path_ = false;
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;
@@ -383,21 +416,23 @@ class CachingAllocator::Impl {
   std::size_t reserved_bytes_ = 0;
   // Bytes of active blocks (allocated, or freed and awaiting other streams) and their peak: the
   // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams).
-  std::size_t active_bytes_ = 0;
-  std::size_t peak_active_bytes_ = 0;
+  std::atomic<std::size_t> active_bytes_{0};
+  std::atomic<std::size_t> peak_active_bytes_{0};
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
-  std::int32_t pending_split_count_ = 0;    // see note_split_change
-  std::int64_t pending_split_bytes_ = 0;
+  SplitDelta pending_split_;  // see note_split_change; the fast path keeps its own
 
-  ObjectPool<Block> block_pool_;
-  BlockAddressMap live_;  // allocated and pending-free blocks by start address
+  ShardedBlockMap live_;  // allocated and pending-free blocks by start address
   std::vector<std::unique_ptr<StreamHeaps>> streams_;
+  // Released streams' heaps that were published: kept, empty, until the allocator goes, since a
+  // fast path may still be about to lock one (stream_locks.hpp).
+  std::vector<std::unique_ptr<StreamHeaps>> withdrawn_streams_;
   StreamHeaps* last_stream_ = nullptr;
   std::vector<PendingEvent> pending_;
   std::vector<EventHandle> spare_events_;
 
-  std::size_t free_mapped_pages_[2] = {0, 0};  // mapped pages wholly inside free blocks
+  // Mapped pages wholly inside free blocks; the fast path changes them under a stream's lock.
+  std::atomic<std::size_t> free_mapped_pages_[2] = {0, 0};
   // Created, unmapped, ready to map: handles by chunk size in pages.
   std::map<std::size_t, std::vector<PhysicalHandle>> free_physical_[2];
   std::size_t free_physical_pages_[2] = {0, 0};

@@ -11,17 +11,24 @@ inline Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps,
   Block* block = index.find(size);
   if (block == nullptr && adopt_pending_frees(heaps, pool) > 0) block = index.find(size);
   if (block == nullptr) block = add_segment(heaps, pool, size);
+  take_from_segment(index, pool, block, size, pending_split_);
+  return block;
+}
+
+// `block`, free in `index`, becomes the allocation's: its rest stays free when large enough.
+inline void CachingAllocator::Impl::take_from_segment(FreeBlockIndex& index, PoolKind pool,
+                                                      Block* block, std::size_t size,
+                                                      SplitDelta& split) {
   index.remove(block);
-  set_inactive_split(block, false);
+  set_inactive_split(block, false, split);
   const std::size_t remainder = block->size - size;
   const std::size_t min_remainder =
       pool == PoolKind::kSmall ? options_.round_bytes : options_.small_size_limit + 1;
   if (remainder >= min_remainder && !options_.no_split) {
     Block* rest = split_front(block, size);
     index.insert(rest);
-    refresh_inactive_split(rest);
+    refresh_inactive_split(rest, split);
   }
-  return block;
 }
 
 inline std::size_t CachingAllocator::Impl::segment_size_for(PoolKind pool, std::size_t size) const {

@@ -387,7 +387,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
     for (SleepingBlock& s : state.blocks) {
       Block& b = *s.block;
       b.state = BlockState::kSleeping;
-      active_bytes_ -= b.size;
+      sub_active(b.size);
       s.resident = b.size;  // all of it is on mapped pages until they are released
       emit(EventKind::kSleep, b.range->pool, b.range->owner->stream, b.address, b.size,
            b.requested, b.tag);
@@ -501,8 +501,7 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
     emit(EventKind::kWakeResident, b.range->pool, b.range->owner->stream, b.address, s->resident,
          0, b.tag);
     b.state = BlockState::kAllocated;
-    active_bytes_ += b.size;
-    peak_active_bytes_ = std::max(peak_active_bytes_, active_bytes_);
+    add_active(b.size);
     emit(EventKind::kWake, b.range->pool, b.range->owner->stream, b.address, b.size, b.requested,
          b.tag);
     result.blocks++;

@@ -58,6 +58,9 @@ class GatedLedger final : public AllocatorObserver {
   }
   // Front caches (front_cache_mb) report to the ledger's shards directly; the ledger orders them
   // after this gate (gate lock -> ledger lock -> shard mutexes).
+  // Every event goes through mutex_: safe from several threads at once, so the allocator runs
+  // own-stream operations under their stream's lock (docs/design.md 4), as it does over a Ledger.
+  bool accept_concurrent_events() noexcept override { return true; }
   bool has_shards() const noexcept override { return ledger_.has_shards(); }
   ObserverShard* open_shard() override { return ledger_.open_shard(); }
   void close_shard(ObserverShard* shard) noexcept override { ledger_.close_shard(shard); }

@@ -1,0 +1,94 @@
+// The per-stream fast path (docs/design.md 4): an allocation that a free block of its own
+// stream serves without growing the heap, and the free of a block no other stream used, run
+// under that stream's lock alone, so threads on their own streams do not wait for each other.
+// Everything else — growth, pages to map, cross-stream frees, errors, sleep, queries — takes
+// the allocator's lock (StreamLocks: the global lock and every stream's), as before.
+//
+// The fast path makes exactly the decisions the locked path would in the same state: it runs
+// only where the locked path would do no more than take the stream's best fit (and split it),
+// or free and merge, and it gives up, changing nothing, as soon as that is not so. So placement,
+// and every figure of a single-threaded run, are unchanged.
+#include <mutex>
+
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+// Under a stream's lock: nothing the allocator's lock must do first or refuse. These fields
+// change only under the allocator's lock, which holds every published stream's lock.
+inline bool CachingAllocator::Impl::stream_path_open_locked() const {
+  return pending_.empty() && sleeping_tags_.empty() && !pool_asleep_ && pending_split_.empty();
+}
+
+// The block, or 0 when the allocator's lock must serve the request (nothing changed then).
+inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std::size_t size,
+                                                         PoolKind pool, StreamHandle stream,
+                                                         TagId tag) {
+  StreamHeaps* heaps = mutex_.find(stream);
+  if (heaps == nullptr) return 0;
+  std::lock_guard lock(heaps->mutex);
+  if (!heaps->open.load(std::memory_order_relaxed) || !stream_path_open_locked()) return 0;
+  FreeBlockIndex& index = heaps->free[pool_index(pool)];
+  Block* block = index.find(size);
+  if (block == nullptr) return 0;  // growth, or blocks pending on other streams to adopt
+  SplitDelta split;
+  if (paged_) {
+    // Pages to map come from the physical pool, other streams' idle pages, the cap: all shared.
+    if (pages_to_map(*block->range, block->address, size) > 0) return 0;
+    block = take_from_span(index, block, block->address, size, split);
+  } else {
+    take_from_segment(index, pool, block, size, split);
+  }
+  return hand_out(block, bytes, stream, tag, split);
+}
+
+// Under `heaps`' lock: whether `block` (live, at the address being freed) may be freed here.
+inline bool CachingAllocator::Impl::stream_free_allowed_locked(const StreamHeaps& heaps,
+                                                               const Block* block) const {
+  return heaps.open.load(std::memory_order_relaxed) && stream_path_open_locked() &&
+         block->range->owner == &heaps && block->state == BlockState::kAllocated &&
+         block->stream_uses.empty() && block->front == nullptr &&
+         // A trim of free mapped pages unmaps other streams' pages too.
+         (!block->range->is_span || options_.max_free_mapped_bytes == SIZE_MAX);
+}
+
+// Whether the free was done here; false: nothing changed, the allocator's lock frees it (or
+// reports the error).
+inline bool CachingAllocator::Impl::stream_deallocate(DevicePtr ptr) {
+  // The block's stream is known only from the live map. Usually its lock is free and is taken
+  // with try_lock while the map's shard is held (one lookup); else it is waited for after the
+  // shard's lock is released (the lock order: stream, then shard) and the block looked up
+  // again. Only open heaps are locked: those are never destroyed before the allocator.
+  StreamHeaps* heaps = nullptr;
+  Block* block = nullptr;
+  bool locked = false;
+  live_.with_shard_of(ptr, [&](BlockAddressMap& map) {
+    Block* found = map.find(ptr);
+    if (found == nullptr || !found->range->owner->open.load(std::memory_order_relaxed)) return;
+    heaps = found->range->owner;
+    if (!heaps->mutex.try_lock()) return;
+    locked = true;
+    if (stream_free_allowed_locked(*heaps, found)) {
+      map.erase(ptr);
+      block = found;
+    }
+  });
+  if (heaps == nullptr) return false;
+  if (!locked) {
+    heaps->mutex.lock();
+    live_.with_shard_of(ptr, [&](BlockAddressMap& map) {
+      Block* found = map.find(ptr);
+      if (found != nullptr && stream_free_allowed_locked(*heaps, found)) {
+        map.erase(ptr);
+        block = found;
+      }
+    });
+  }
+  std::lock_guard lock(heaps->mutex, std::adopt_lock);
+  if (block == nullptr) return false;
+  SplitDelta split;
+  complete_free(block, EventKind::kFree, split);
+  return true;
+}
+
+}  // namespace vramledger

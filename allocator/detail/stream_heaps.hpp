@@ -1,0 +1,59 @@
+// One stream's share of a heap: its free lists, address ranges, fences and Block objects, and
+// the lock that lets the stream's own operations run beside other streams' (docs/design.md 4).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "allocator/detail/address_range.hpp"
+#include "allocator/detail/block.hpp"
+#include "allocator/detail/free_block_index.hpp"
+#include "allocator/detail/object_pool.hpp"
+#include "allocator/spin_mutex.hpp"
+
+namespace vramledger {
+
+// Split changes (torch's inactive split, the paged heap's page fragments) waiting for the event
+// of the operation that caused them, which carries them (AllocatorEvent).
+struct SplitDelta {
+  std::int32_t count = 0;
+  std::int64_t bytes = 0;
+  bool empty() const { return count == 0 && bytes == 0; }
+};
+
+struct StreamHeaps {
+  // The stream's lock. The per-stream fast path (detail/stream_fast_path.cpp) takes it alone;
+  // every other operation takes it as part of the allocator's lock (StreamLocks). Only
+  // published heaps have one in use.
+  SpinMutex mutex;
+  // Published in the allocator's StreamLocks and not released (release_stream): the fast path
+  // may serve it. Written under `mutex`; read without it only as a hint.
+  std::atomic<bool> open{false};
+  StreamHandle stream = 0;
+  // The Blocks tiling this stream's ranges: created and destroyed under `mutex`.
+  ObjectPool<Block> blocks;
+  FreeBlockIndex free[2];
+  std::vector<AddressRange*> ranges[2];
+  // Fences prove, without blocking, that work queued on the stream before some free has
+  // finished, so the freed pages may be unmapped. A page freed while next_fence == n is idle
+  // once fence n has completed.
+  std::uint64_t next_fence = 1;
+  std::uint64_t completed_fence = 0;
+  bool page_freed_since_last_fence = false;
+  std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
+  // Old addresses of chunks aliased to a new address of this stream (alias_pending_pages): still
+  // mapped until fence `fence` completes, then unmapped.
+  struct RetiringMapping {
+    AddressRange* span;
+    std::size_t head;
+    std::size_t pages;
+    std::uint64_t fence;
+    PhysicalHandle handle;  // now also mapped at the new address
+  };
+  std::vector<RetiringMapping> retiring;
+};
+
+}  // namespace vramledger

@@ -1,0 +1,92 @@
+// The allocator's lock, built of a global lock and one lock per published stream
+// (docs/design.md 4). lock() takes the global lock, then every published stream's lock in slot
+// order: whoever holds it excludes every other operation, as the one lock did. The per-stream
+// fast path takes only its stream's lock (StreamHeaps::mutex), found here without any lock.
+//
+// Streams get a slot at their first use while slots remain (kSlots); later ones, and every
+// stream of an allocator without the fast path, are served under the allocator's lock only.
+// A published StreamHeaps is never destroyed before the allocator (release_stream withdraws
+// it), so a fast path that found it may still lock it and see that it is closed.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+
+#include "allocator/detail/stream_heaps.hpp"
+#include "allocator/spin_mutex.hpp"
+
+namespace vramledger {
+
+class StreamLocks {
+ public:
+  static constexpr std::size_t kSlots = 64;
+
+  // Lockable (std::lock_guard): the global lock, then the published streams' locks.
+  void lock() noexcept {
+    global_.lock();
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < used; ++i) {
+      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
+        heaps->mutex.lock();
+      }
+    }
+  }
+  void unlock() noexcept {
+    for (std::size_t i = used_.load(std::memory_order_relaxed); i-- > 0;) {
+      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
+        heaps->mutex.unlock();
+      }
+    }
+    global_.unlock();
+  }
+
+  // The published heaps of `stream`, or nullptr; no lock taken or needed. The caller locks
+  // its mutex and checks `open` before using it.
+  StreamHeaps* find(StreamHandle stream) const noexcept {
+    const std::size_t used = used_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < used; ++i) {
+      if (slots_[i].stream.load(std::memory_order_relaxed) != stream) continue;
+      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_acquire)) return heaps;
+    }
+    return nullptr;
+  }
+
+  // Under lock(): `heaps`, new and unlocked, gets a slot; it is locked now, as lock() would
+  // have locked it, and open. False (nothing changed) when no slot is left.
+  bool publish(StreamHeaps& heaps) noexcept {
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    if (used == kSlots) return false;
+    heaps.mutex.lock();
+    heaps.open.store(true, std::memory_order_relaxed);
+    slots_[used].stream.store(heaps.stream, std::memory_order_relaxed);
+    slots_[used].heaps.store(&heaps, std::memory_order_release);
+    used_.store(used + 1, std::memory_order_release);
+    return true;
+  }
+
+  // Under lock(): `heaps` leaves its slot (for good: slots are not reused, so at most kSlots
+  // heaps are ever kept for late fast paths) and its lock is released, as unlock() will no
+  // longer see it.
+  void withdraw(StreamHeaps& heaps) noexcept {
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < used; ++i) {
+      if (slots_[i].heaps.load(std::memory_order_relaxed) != &heaps) continue;
+      heaps.open.store(false, std::memory_order_relaxed);
+      slots_[i].heaps.store(nullptr, std::memory_order_relaxed);
+      heaps.mutex.unlock();
+      return;
+    }
+  }
+
+ private:
+  struct Slot {
+    std::atomic<StreamHandle> stream{0};
+    std::atomic<StreamHeaps*> heaps{nullptr};
+  };
+  SpinMutex global_;
+  std::atomic<std::size_t> used_{0};
+  std::array<Slot, kSlots> slots_{};
+};
+
+}  // namespace vramledger

@@ -1,0 +1,331 @@
+// Sixteen threads, each on its own stream, on one allocator with per-stream locks
+// (docs/design.md 4): the own-stream fast path runs beside cross-stream frees, record_stream,
+// empty_cache, the census and ledger queries, all under the allocator's lock. The peaks must be
+// exact, the census must agree with the ledger, and a replay of the ledger's trace into a fresh
+// ledger must give every counter and peak. Suite 'concurrent', so CI also runs it under
+// ThreadSanitizer.
+//
+// VRAMLEDGER_STREAM_LOCKS_OPS sets the operations per thread of the random test (default
+// 20,000); VRAMLEDGER_STRESS_SEED changes the random choices.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "accounting/ledger.hpp"
+#include "allocator/caching_allocator.hpp"
+#include "allocator/errors.hpp"
+#include "allocator/simulated/simulated_device.hpp"
+#include "tests/stress/concat.hpp"
+#include "tests/stress/ledger_replay_check.hpp"
+#include "tests/stress/stress_env.hpp"
+
+namespace vramledger::stress {
+namespace {
+
+constexpr int kThreads = 16;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+enum class Heap { kSegment, kPaged };
+
+SimulatedDeviceOptions device_options(Heap heap) {
+  SimulatedDeviceOptions options;
+  options.capacity_bytes = 64 * kGiB;
+  options.supports_virtual_memory = heap == Heap::kPaged;
+  return options;
+}
+
+// The mixed ring's sizes: log-uniform from 512 B to 4 MiB.
+std::size_t mixed_size(std::mt19937_64& rng) {
+  std::uniform_real_distribution<double> exponent(9.0, 22.0);
+  return static_cast<std::size_t>(std::exp2(exponent(rng)));
+}
+
+class StreamLocksConcurrent : public testing::TestWithParam<Heap> {};
+
+// Holds the first allocation event of stream `a` until an allocation event of stream `b`
+// arrives (or 10 s pass). With one lock for every stream, b's allocation would wait for a's to finish: it could
+// never report first, and the wait would time out.
+class Rendezvous final : public AllocatorObserver {
+ public:
+  Rendezvous(StreamHandle a, StreamHandle b) : a_(a), b_(b) {}
+  void on_event(const AllocatorEvent& event) noexcept override {
+    std::unique_lock lock(mutex_);
+    if (event.kind == EventKind::kAlloc && event.stream == b_ && armed_) {
+      b_reported_ = true;
+      changed_.notify_all();
+    }
+    if (event.kind != EventKind::kAlloc || event.stream != a_ || !armed_ || a_waiting_) return;
+    a_waiting_ = true;
+    changed_.notify_all();
+    met_ = changed_.wait_for(lock, std::chrono::seconds(10), [&] { return b_reported_; });
+  }
+  bool accept_concurrent_events() noexcept override { return true; }
+  void arm() {
+    std::lock_guard lock(mutex_);
+    armed_ = true;
+  }
+  void wait_until_a_waits() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return a_waiting_; });
+  }
+  bool met() {
+    std::lock_guard lock(mutex_);
+    return met_;
+  }
+
+ private:
+  const StreamHandle a_, b_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool armed_ = false, a_waiting_ = false, b_reported_ = false, met_ = false;
+};
+
+// Warm allocations on two streams proceed at once: b's runs while a's is still inside the
+// allocator (its event held by the observer), so b's did not wait for an allocator-wide lock.
+TEST_P(StreamLocksConcurrent, OwnStreamAllocationsDoNotWaitForEachOther) {
+  SimulatedDevice device(device_options(GetParam()));
+  const StreamHandle a = device.create_stream();
+  const StreamHandle b = device.create_stream();
+  Rendezvous observer(a, b);
+  CachingAllocator allocator(device, &observer);
+  constexpr std::size_t kBytes = std::size_t{1} << 20;
+  // Both blocks live at once: neither stream's pages can go to the other (paged heap).
+  const DevicePtr warm_a = allocator.allocate(kBytes, a);
+  const DevicePtr warm_b = allocator.allocate(kBytes, b);
+  allocator.deallocate(warm_a);
+  allocator.deallocate(warm_b);
+  observer.arm();
+  DevicePtr on_a = 0;
+  std::thread first([&] { on_a = allocator.allocate(kBytes, a); });
+  observer.wait_until_a_waits();
+  const DevicePtr on_b = allocator.allocate(kBytes, b);
+  first.join();
+  EXPECT_TRUE(observer.met()) << "the allocation on stream b waited for the one on stream a";
+  allocator.deallocate(on_a);
+  allocator.deallocate(on_b);
+}
+
+// Phases separated by barriers: every thread allocates blocks of mixed sizes on its own stream,
+// all wait, then each frees another thread's blocks (a cross-stream free: the owner stream's
+// lock), some after record_stream on a third stream. Within a phase the allocated count and
+// requested bytes only rise, between phases they only fall, so their peaks — in total and per
+// stream — are exactly the largest phase totals whatever the interleaving. Meanwhile a
+// seventeenth thread empties the cache and reads the census and the ledger.
+TEST_P(StreamLocksConcurrent, PeaksOfMixedSizesOnOwnStreamsAreExact) {
+  SimulatedDevice device(device_options(GetParam()));
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger);
+  std::vector<StreamHandle> streams;
+  for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
+  const std::uint64_t seed = env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026);
+  constexpr int kPhases = 40;
+  std::vector<std::vector<std::vector<std::size_t>>> plan(kPhases);  // [phase][thread] sizes
+  std::mt19937_64 rng(seed);
+  std::int64_t expected_count = 0, expected_requested = 0;
+  std::vector<std::int64_t> expected_stream_count(kThreads, 0);
+  for (int phase = 0; phase < kPhases; ++phase) {
+    std::int64_t count = 0, requested = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const int blocks = static_cast<int>(rng() % 12);
+      std::vector<std::size_t> sizes;
+      for (int i = 0; i < blocks; ++i) sizes.push_back(mixed_size(rng));
+      count += blocks;
+      for (std::size_t size : sizes) requested += static_cast<std::int64_t>(size);
+      expected_stream_count[t] = std::max<std::int64_t>(expected_stream_count[t], blocks);
+      plan[phase].push_back(std::move(sizes));
+    }
+    expected_count = std::max(expected_count, count);
+    expected_requested = std::max(expected_requested, requested);
+  }
+  std::barrier sync(kThreads);
+  std::vector<std::vector<DevicePtr>> live(kThreads);  // handed over at the barrier
+  std::atomic<int> failures{0};
+  std::atomic<bool> done{false};
+  std::thread meddler([&] {
+    for (int i = 0; !done.load(); ++i) {
+      switch (i % 4) {
+        case 0: allocator.empty_cache(); break;
+        case 1: (void)allocator.census(); break;
+        case 2: (void)ledger.counters(); break;
+        default: (void)ledger.per_stream(); break;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 local(seed * 31 + static_cast<std::uint64_t>(t));
+      for (int phase = 0; phase < kPhases; ++phase) {
+        try {
+          for (std::size_t size : plan[phase][t]) {
+            live[t].push_back(allocator.allocate(size, streams[t]));
+          }
+        } catch (const Error&) {
+          failures++;
+        }
+        sync.arrive_and_wait();  // every block of the phase is live now
+        const int owner = (t + 1 + phase) % kThreads;
+        for (DevicePtr ptr : live[owner]) {
+          try {
+            if (local() % 8 == 0) allocator.record_stream(ptr, streams[(owner + 3) % kThreads]);
+            allocator.deallocate(ptr);
+          } catch (const Error&) {
+            failures++;
+          }
+        }
+        sync.arrive_and_wait();
+        live[(t + 1 + phase) % kThreads].clear();  // each vector has exactly one reader
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  done = true;
+  meddler.join();
+  ASSERT_EQ(failures.load(), 0);
+  allocator.process_completed_frees();
+  const LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocation.peak, expected_count);
+  EXPECT_EQ(counters.aggregate().allocated_requested_bytes.peak, expected_requested);
+  EXPECT_EQ(counters.aggregate().allocation.current, 0);
+  EXPECT_EQ(counters.aggregate().allocated_requested_bytes.current, 0);
+  for (const StreamUsage& entry : ledger.per_stream()) {
+    const auto at = std::find(streams.begin(), streams.end(), entry.stream);
+    ASSERT_NE(at, streams.end());
+    EXPECT_EQ(entry.usage.allocation.peak, expected_stream_count[at - streams.begin()]);
+  }
+  expect_consistent(ledger, allocator);
+  expect_replay_agrees(ledger);
+}
+
+struct Mailbox {
+  std::mutex mutex;
+  std::vector<DevicePtr> letters;
+};
+
+// Random operations: the mixed ring on each thread's own stream, frees of other threads' blocks,
+// record_stream, tagged requests, a stream released and used again, empty_cache, census and
+// queries meanwhile. Afterwards the census agrees with the ledger and a replay of the trace
+// reproduces every counter and peak.
+TEST_P(StreamLocksConcurrent, SixteenThreadsOfRandomOperationsKeepTheBooksExact) {
+  const std::uint64_t seed = env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026);
+  const std::uint64_t ops = env_u64("VRAMLEDGER_STREAM_LOCKS_OPS", 20'000);
+  SimulatedDevice device(device_options(GetParam()));
+  // Room for every record of a long run (about two per operation), so that its trace replays
+  // too: up to 4 Mi records (224 MiB), 125,000 operations per thread.
+  LedgerOptions ledger_options;
+  ledger_options.trace_capacity = std::clamp<std::uint64_t>(
+      ops * kThreads * 2, EventTrace::kDefaultCapacity, std::uint64_t{1} << 22);
+  Ledger ledger(ledger_options);
+  CachingAllocator allocator(device, &ledger);
+  std::vector<StreamHandle> streams;
+  for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
+  Mailbox mailbox;
+  std::atomic<int> failures{0};
+  std::mutex failure_mutex;
+  std::string first_failure;
+  auto fail = [&](const std::string& what) {
+    std::lock_guard lock(failure_mutex);
+    if (failures++ == 0) first_failure = what;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed * 7919 + static_cast<std::uint64_t>(t));
+      std::vector<std::pair<DevicePtr, std::size_t>> mine;
+      for (std::uint64_t step = 0; step < ops && failures.load() == 0; ++step) {
+        try {
+          const std::uint64_t choice = rng() % 1000;
+          if (choice < 470 && mine.size() < 64) {
+            const std::size_t bytes = mixed_size(rng);
+            const TagId tag = choice < 20 ? TagId{5} : kUntagged;
+            DevicePtr ptr = 0;
+            try {
+              ptr = allocator.allocate(bytes, streams[t], tag);
+            } catch (const OutOfMemoryError&) {
+              continue;
+            }
+            mine.emplace_back(ptr, bytes);
+          } else if (choice < 920 && !mine.empty()) {
+            const std::size_t at = rng() % mine.size();
+            const DevicePtr ptr = mine[at].first;
+            mine[at] = mine.back();
+            mine.pop_back();
+            if (rng() % 8 == 0) {
+              std::lock_guard lock(mailbox.mutex);
+              mailbox.letters.push_back(ptr);
+            } else {
+              allocator.deallocate(ptr);
+            }
+          } else if (choice < 975) {
+            DevicePtr letter = 0;
+            {
+              std::lock_guard lock(mailbox.mutex);
+              if (!mailbox.letters.empty()) {
+                letter = mailbox.letters.back();
+                mailbox.letters.pop_back();
+              }
+            }
+            if (letter != 0) allocator.deallocate(letter);  // another stream's block
+          } else if (choice < 985 && !mine.empty()) {
+            allocator.record_stream(mine[rng() % mine.size()].first, streams[rng() % kThreads]);
+          } else if (choice < 988) {
+            allocator.process_completed_frees();
+          } else if (choice < 990) {
+            allocator.empty_cache();
+          } else if (choice < 992) {
+            (void)allocator.census();
+          } else if (choice < 994) {
+            (void)ledger.counters();
+          } else if (!mine.empty()) {
+            const auto [ptr, bytes] = mine[rng() % mine.size()];
+            const AllocationInfo info = allocator.describe(ptr);
+            if (!allocator.owns(ptr) || info.base != ptr || info.requested != bytes) {
+              fail(concat("thread ", t, ": describe(", ptr, ") requested ", info.requested,
+                          ", expected ", bytes));
+            }
+          }
+        } catch (const Error& error) {
+          fail(concat("thread ", t, ": ", error.what()));
+        }
+      }
+      for (const auto& block : mine) allocator.deallocate(block.first);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  ASSERT_EQ(failures.load(), 0) << first_failure;
+  for (DevicePtr letter : mailbox.letters) allocator.deallocate(letter);
+  allocator.process_completed_frees();
+  const LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocation.current, 0);
+  EXPECT_EQ(counters.aggregate().requested_bytes.current, 0);
+  EXPECT_GT(counters.aggregate().requested_bytes.peak, 0);
+  expect_consistent(ledger, allocator);
+  expect_replay_agrees(ledger);
+  allocator.empty_cache();
+  expect_consistent(ledger, allocator);
+  // A released stream's heaps stay, closed; the stream used again gets new ones.
+  allocator.release_stream(streams[0]);
+  allocator.deallocate(allocator.allocate(1000, streams[0]));
+  expect_consistent(ledger, allocator);
+}
+
+INSTANTIATE_TEST_SUITE_P(Heaps, StreamLocksConcurrent,
+                         testing::Values(Heap::kSegment, Heap::kPaged),
+                         [](const testing::TestParamInfo<Heap>& info) {
+                           return info.param == Heap::kPaged ? "paged" : "segment";
+                         });
+
+}  // namespace
+}  // namespace vramledger::stress
