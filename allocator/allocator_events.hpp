@@ -114,8 +114,9 @@ class AllocatorObserver {
   // allocator's lock (the front cache is then off). Called under the allocator's lock; the
   // shard stays valid until close_shard, which folds what it counted into the observer.
   virtual bool has_shards() const noexcept { return false; }
-  // Asked once by each allocator as it is built: whether on_event may be called by several
-  // threads at once (the allocator's per-stream locks, docs/design.md 4). An observer that
+  // Asked once by an allocator, under its lock, when it gets a second stream: whether on_event
+  // may from now on be called by several threads at once (the allocator's per-stream locks,
+  // docs/design.md 4). An observer that
   // answers true makes each call atomic itself (a lock of its own, taken after the allocator's
   // locks); the calls about one stream, and about one block, still come in the order of the
   // changes. Answering false keeps every event under the allocator's one lock.

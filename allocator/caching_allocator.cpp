@@ -16,9 +16,9 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
                    (observer_ == nullptr || observer_->has_shards());
   front_max_block_ = options_.front_cache_bytes / 4;
   front_id_ = next_front_id();
-  // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp) need an
-  // observer that takes events from several threads at once; front caches keep the one lock.
-  stream_path_ = !front_enabled_ && (observer_ == nullptr || observer_->accept_concurrent_events());
+  // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp); front caches
+  // keep the one lock.
+  stream_path_possible_ = !front_enabled_;
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "round_bytes must be a power of two, got " + std::to_string(options_.round_bytes));
@@ -52,7 +52,7 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
                                                   std::size_t block_bytes) {
   const std::size_t size = request_size(bytes, block_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  if (stream_path_) {
+  if (stream_path_.load(std::memory_order_acquire)) {
     if (const DevicePtr ptr = stream_allocate(bytes, size, pool, stream, tag)) return ptr;
   }
   std::lock_guard lock(mutex_);
@@ -212,7 +212,11 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
   streams_.back()->stream = stream;
   last_stream_ = streams_.back().get();
   // Locked now as the rest of the allocator's lock is; open to the fast path once it is released.
-  if (stream_path_) mutex_.publish(*last_stream_);
+  if (stream_path_.load(std::memory_order_relaxed)) {
+    mutex_.publish(*last_stream_);
+  } else if (stream_path_possible_ && streams_.size() >= 2) {
+    start_stream_path_locked();
+  }
   return *last_stream_;
 }
 

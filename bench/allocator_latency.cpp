@@ -27,10 +27,12 @@ constexpr std::size_t kFrontCacheBytes = std::size_t{1} << 30;  // every benchma
 constexpr std::size_t kLiveBlocks = 64;
 constexpr std::size_t kPatternLength = 4096;  // a power of two: the loop wraps with a mask
 
-// A simulated H200 with an allocator and its ledger; `paged` picks the heap shape.
+// A simulated H200 with an allocator and its ledger; `paged` picks the heap shape. Without
+// `with_ledger` the allocator reports to no observer: the policy's own cost and scaling.
 struct Rig {
-  explicit Rig(bool paged, bool front = false)
-      : device(device_options(paged)), allocator(device, &ledger, allocator_options(front)) {
+  explicit Rig(bool paged, bool front = false, bool with_ledger = true)
+      : device(device_options(paged)),
+        allocator(device, with_ledger ? &ledger : nullptr, allocator_options(front)) {
     for (std::size_t i = 0; i < kMaxThreads; ++i) {
       streams[i] = i == 0 ? StreamHandle{0} : device.create_stream();
     }
@@ -119,6 +121,13 @@ void MixedThreads(benchmark::State& state) {
   run_mixed(state, shared_rig(state.range(0) != 0, state.range(1) != 0), state.range(2) != 0);
 }
 
+// The mixed ring on own streams without the ledger: how far the policy alone scales (the
+// per-stream locks, docs/design.md 4), apart from the ledger's lock.
+void MixedThreadsNoLedger(benchmark::State& state) {
+  static Rig rigs[2] = {Rig(false, false, false), Rig(true, false, false)};
+  run_mixed(state, rigs[state.range(0) != 0 ? 1 : 0]);
+}
+
 // Warm pairs of one size per thread (512 B, 64 KiB: the sizes a training step repeats).
 void PairThreads(benchmark::State& state) {
   const auto thread = static_cast<std::size_t>(state.thread_index());
@@ -144,6 +153,15 @@ BENCHMARK(Mixed)->ArgNames({"paged", "front"})->ArgsProduct({{1, 0}, {0, 1}});
 BENCHMARK(MixedThreads)
     ->ArgNames({"paged", "front", "shared"})
     ->ArgsProduct({{1, 0}, {0, 1}, {0, 1}})
+    ->Threads(1)
+    ->Threads(2)
+    ->Threads(4)
+    ->Threads(8)
+    ->Threads(16)
+    ->UseRealTime();
+BENCHMARK(MixedThreadsNoLedger)
+    ->ArgNames({"paged"})
+    ->ArgsProduct({{1, 0}})
     ->Threads(1)
     ->Threads(2)
     ->Threads(4)

@@ -11,7 +11,7 @@
 namespace vramledger {
 
 inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
-  if (stream_path_ && stream_deallocate(ptr)) return;
+  if (stream_path_.load(std::memory_order_acquire) && stream_deallocate(ptr)) return;
   std::lock_guard lock(mutex_);
   Block* block = live_.find(ptr);
   if (block == nullptr) throw_unknown_pointer(ptr, "free");

@@ -346,6 +346,7 @@ class CachingAllocator::Impl {
 
   // ---- the per-stream fast path (detail/stream_fast_path.cpp; docs/design.md 4)
 
+  void start_stream_path_locked();
   bool stream_path_open_locked() const;
   bool stream_free_allowed_locked(const StreamHeaps& heaps, const Block* block) const;
   DevicePtr stream_allocate(std::size_t bytes, std::size_t size, PoolKind pool,
@@ -403,9 +404,12 @@ class CachingAllocator::Impl {
   // published streams' locks (stream_locks.hpp). Taken whole by every operation but the
   // per-stream fast path, which takes one stream's lock.
   mutable StreamLocks mutex_;
-  // Whether own-stream operations may run under their stream's lock (fixed at construction:
-  // the observer accepts concurrent events, no front caches).
-  bool stream_path_ = false;
+  // Whether own-stream operations may run under their stream's lock: possible without front
+  // caches; started (stream_path_) once a second stream is used, if the observer accepts
+  // concurrent events then (start_stream_path). A single stream gains nothing from it and would
+  // pay the shards' and the ledger's locks.
+  bool stream_path_possible_ = false;
+  std::atomic<bool> stream_path_{false};
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;

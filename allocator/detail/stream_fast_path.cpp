@@ -14,6 +14,19 @@
 
 namespace vramledger {
 
+// Under the allocator's lock, when a second stream comes: every stream's heaps published (each
+// locked now, as the rest of the allocator's lock), the live map's shards locked from now on,
+// then the fast path open. Only if the observer takes events from several threads at once;
+// otherwise never again. Until now every event came under the allocator's lock, so the observer
+// changes mode between two events.
+inline void CachingAllocator::Impl::start_stream_path_locked() {
+  stream_path_possible_ = false;
+  if (observer_ != nullptr && !observer_->accept_concurrent_events()) return;
+  for (auto& heaps : streams_) mutex_.publish(*heaps);
+  live_.set_locking();
+  stream_path_.store(true, std::memory_order_release);
+}
+
 // Under a stream's lock: nothing the allocator's lock must do first or refuse. These fields
 // change only under the allocator's lock, which holds every published stream's lock.
 inline bool CachingAllocator::Impl::stream_path_open_locked() const {
