@@ -33,8 +33,14 @@ Status DriverSegmentBackend::in_context(const char* what, Call call) {
   }
   if (result == kCudaSuccess) return Status::ok();
   last_error_.store(result, std::memory_order_relaxed);
-  const std::string message = std::string(what) + " failed with CUresult " + std::to_string(result) +
-                              " on device " + std::to_string(info_.device);
+  // Appended piece by piece: GCC 12's -Warray-bounds misreads the chain of operator+ on
+  // temporaries once inlined under ThreadSanitizer at -O1 (a false positive that --werror
+  // turns into a failed build).
+  std::string message = what;
+  message += " failed with CUresult ";
+  message += std::to_string(result);
+  message += " on device ";
+  message += std::to_string(info_.device);
   return {result == kCudaErrorOutOfMemory ? ErrorCode::kOutOfMemory : ErrorCode::kDriverError,
           message};
 }
