@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import e2e_common as common
+
 REFERENCE = "native"
 
 
@@ -98,12 +100,10 @@ def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: 
         problems.append(f"spread {spread:.4f} > {max_spread}")
     if len(ratios) < min_runs:
         problems.append(f"{len(ratios)} of {min_runs} runs")
-    paired = sorted(p for p in row["paired"] if p is not None)
-    if paired:   # the runs' paired per-step medians, judged by their median
-        middle = paired[len(paired) // 2] if len(paired) % 2 else \
-            (paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2
-        if middle > max_step:
-            problems.append(f"step {middle:.3f}x > {max_step:.2f}x")
+    # The runs' paired per-step medians, judged by their median.
+    middle = common.median([p for p in row["paired"] if p is not None])
+    if middle is not None and middle > max_step:
+        problems.append(f"step {middle:.3f}x > {max_step:.2f}x")
     return "meets" if not problems else "; ".join(problems)
 
 
