@@ -15,6 +15,10 @@ downloaded. The variable shapes come from random.Random(seed) and are identical 
 
 Allocators:
   native                  PyTorch's caching allocator, default settings
+  native-again            the same, run again after the others (first with --native-last): an
+                          A/A control. Its paired step ratio is the measurement's own noise,
+                          and the others' step times are also given against the mean of the
+                          two natives (ABA), which cancels a drift over the series
   expandable              PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   malloc_async            PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   vramledger              vramledger.install("backend:vmm") before any CUDA allocation
@@ -90,7 +94,8 @@ DEFAULT_VRAMLEDGER = "vramledger"
 
 
 # The pieces: allocators, workloads, outputs (one module each).
-from e2e_allocators import ALLOCATORS, QUICK_ALLOCATORS, REFERENCE, is_vramledger  # noqa: E402
+from e2e_allocators import (ALLOCATORS, NATIVE_AGAIN, QUICK_ALLOCATORS, REFERENCE,  # noqa: E402
+                            is_vramledger)
 from e2e_workloads import QUICK_WORKLOADS, WORKLOADS  # noqa: E402
 from e2e_render import render_markdown, summary_line, write_outputs  # noqa: E402,F401
 from e2e_results import compare_records, ok_runs  # noqa: E402
@@ -316,9 +321,11 @@ def select(args) -> Tuple[List[str], List[str]]:
         allocators = [a for a in ALLOCATORS if a in only_a]
     if REFERENCE not in allocators:  # every comparison is against native
         allocators.insert(0, REFERENCE)
-    # Native first (the reference), then vramledger's, then torch's alternatives.
+    # Native first (the reference), then vramledger's, then torch's alternatives, and the A/A
+    # control last, so that every other allocator runs between the two natives.
     order = [REFERENCE] + [a for a in ALLOCATORS if is_vramledger(a)] + \
-            [a for a in ALLOCATORS if a != REFERENCE and not is_vramledger(a)]
+        [a for a in ALLOCATORS if a not in (REFERENCE, NATIVE_AGAIN) and not is_vramledger(a)] + \
+        [NATIVE_AGAIN]
     return workloads, [a for a in order if a in allocators]
 
 
@@ -480,8 +487,17 @@ class Runner:
 
 
 
-def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The table's figures for one run: peak reserved GiB, overhead ratio (and its basis)."""
+def paired_median(ours: Sequence[float], theirs: Sequence[float], warmup: int) -> Optional[float]:
+    """Median over the timed steps of our step time over theirs (the same step's shapes)."""
+    ratios = [a / b for a, b in zip(ours[warmup:], theirs[warmup:]) if a and b]
+    return common.median(ratios) if ratios else None
+
+
+def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]],
+                   again: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The table's figures for one run: peak reserved GiB, overhead ratio (and its basis), step
+    times against native's (and, with the A/A control `again`, against the mean of the two
+    natives, which ran before and after this one)."""
     result = run.get("result", {})
     reserved = result.get("peak_reserved_bytes")
     requested = result.get("peak_requested_bytes")
@@ -496,7 +512,7 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dic
     median_ms = result.get("median_step_ms")
     # Step by step against native's same step (same shapes in every run): the schedule's own
     # spread of step times cancels out, which the ratio of two medians does not.
-    paired = gpu_ratio = None
+    paired = paired_aba = gpu_ratio = None
     ours_gpu = (result.get("profile") or {}).get("gpu_ms")
     theirs_gpu = ((native or {}).get("result", {}).get("profile") or {}).get("gpu_ms")
     if ours_gpu and theirs_gpu and len(ours_gpu) == len(theirs_gpu):
@@ -504,13 +520,18 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]]) -> Dic
     if native is not None and result.get("schedule") == native["result"].get("schedule"):
         warmup = result.get("warmup", 0)
         ours, theirs = result.get("step_seconds") or [], native["result"].get("step_seconds") or []
-        ratios = [a / b for a, b in zip(ours[warmup:], theirs[warmup:]) if a and b]
-        paired = common.median(ratios) if ratios else None
+        paired = paired_median(ours, theirs, warmup)
+        if (again is not None and again is not run
+                and again["result"].get("schedule") == result.get("schedule")):
+            twice = again["result"].get("step_seconds") or []
+            both = [(a + b) / 2 if a and b else None for a, b in zip(theirs, twice)]
+            paired_aba = paired_median(ours, both, warmup)
     return {"peak_reserved_gib": reserved / GiB if reserved else None,
             "overhead_ratio": ratio, "ratio_basis": basis if ratio else None,
             "median_step_ms": median_ms, "p90_step_ms": result.get("p90_step_ms"),
             "step_time_vs_native": (median_ms / native_ms if median_ms and native_ms else None),
             "paired_step_ratio": paired,
+            "paired_step_ratio_aba": paired_aba,
             "paired_gpu_time_ratio": gpu_ratio or None,
             "peak_reserved_vs_native": (reserved / native["result"]["peak_reserved_bytes"]
                                         if reserved and native else None)}
@@ -548,8 +569,9 @@ def finish_document(doc: Dict[str, Any]) -> None:
     max_ratio = doc["meta"].get("max_ratio")
     for run in doc["runs"]:
         native = runs.get((run["workload"], REFERENCE, False))
+        again = runs.get((run["workload"], NATIVE_AGAIN, False))
         if run["status"] == "ok":
-            run["derived"] = derive_figures(run, native)
+            run["derived"] = derive_figures(run, native, again)
             ratio = run["derived"]["overhead_ratio"]
             # The guard holds the default configuration (the figure users get) to its goal.
             if (max_ratio and run["allocator"] == DEFAULT_VRAMLEDGER and not run["control"]

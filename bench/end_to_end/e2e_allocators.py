@@ -15,8 +15,15 @@ class Allocator:
     expected_backend: str = "native"          # torch.cuda.memory.get_allocator_backend()
 
 
+NATIVE_AGAIN = "native-again"
 ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
     Allocator("native", "PyTorch caching allocator, default settings"),
+    # The A/A control: native once more, run after the other allocators (before them with
+    # --native-last), so that the others run between two natives. Its paired step ratio
+    # against native is the measurement's own noise and position effect, and the mean of the
+    # two natives is the reference that cancels a linear drift (ABA).
+    Allocator(NATIVE_AGAIN, "PyTorch caching allocator, default settings, run again (A/A "
+              "control)"),
     Allocator("expandable", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
               env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
     Allocator("malloc_async", "PyTorch, PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync",

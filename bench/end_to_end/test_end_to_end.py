@@ -592,3 +592,30 @@ def test_max_ratio_fails_the_default_configuration_over_it(tmp_path, fake_python
     assert done.returncode == 0, done.stdout
     assert run_script("compare_allocators.py", fake_python, tmp_path / "bad",
                       "--max-ratio", "nan").returncode == 2
+
+
+def test_aba_step_ratio_is_against_the_mean_of_both_natives():
+    def run(steps, name="vramledger"):
+        return {"allocator": name,
+                "result": {"peak_reserved_bytes": 2, "peak_requested_bytes": 1,
+                           "schedule": [1, 2, 3], "step_seconds": steps, "warmup": 1}}
+    native, again = run([9.0, 1.0, 1.0], "native"), run([9.0, 3.0, 3.0], "native-again")
+    ours = run([9.0, 2.0, 2.0])
+    figures = ca.derive_figures(ours, native, again)
+    assert figures["paired_step_ratio"] == pytest.approx(2.0)
+    assert figures["paired_step_ratio_aba"] == pytest.approx(1.0)
+    assert ca.derive_figures(ours, native)["paired_step_ratio_aba"] is None
+    # The control itself is not paired with itself.
+    assert ca.derive_figures(again, native, again)["paired_step_ratio_aba"] is None
+
+
+def test_the_a_a_control_runs_last_or_first_so_the_others_run_between_two_natives(
+        tmp_path, fake_python):
+    for flag, out in (((), tmp_path / "first"), (("--native-last",), tmp_path / "last")):
+        done = run_script("compare_allocators.py", fake_python, out, "--only",
+                          "gpt2_train,vramledger,native-again", *flag)
+        assert done.returncode == 0, done.stdout + done.stderr
+        ran = [r["allocator"] for r in load(out)["runs"]]
+        assert ran[1] == "vramledger" and {ran[0], ran[2]} == {"native", "native-again"}
+        ours = next(r for r in load(out)["runs"] if r["allocator"] == "vramledger")
+        assert ours["derived"]["paired_step_ratio_aba"] is not None

@@ -29,7 +29,9 @@ def document(tmp_path, name, runs):
     for record in records:   # the figures compare_allocators derives for every run it keeps
         native = next(n for n in records if n["workload"] == record["workload"]
                       and n["allocator"] == "native")
-        record["derived"] = ca.derive_figures(record, native)
+        again = next((n for n in records if n["workload"] == record["workload"]
+                      and n["allocator"] == "native-again"), None)
+        record["derived"] = ca.derive_figures(record, native, again)
     records.append({"workload": "w", "allocator": "native", "status": "ok", "control": True,
                     "result": result(1, 1, [9.0, 9.0]),
                     "derived": {}})   # a control run: not a run of the table
@@ -100,3 +102,24 @@ def test_cli_writes_the_table_and_refuses_other_json(tmp_path, capsys):
     assert "not a compare_allocators.json" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         mrt.main([str(tmp_path / "missing.json")])
+
+
+def test_with_the_a_a_control_the_step_verdict_is_against_both_natives(tmp_path):
+    # The allocator ran between two natives; the series got faster as it went (position effect):
+    # against the first native alone it looks 1.1x slower, against the mean of both it is 1.0x.
+    paths = []
+    for run in (1, 2, 3):
+        paths.append(document(tmp_path, f"run{run}", {
+            ("w", "native"): result(2000, 1000, [1.0, 0.10, 0.10, 0.10]),
+            ("w", "vramledger"): result(1005, 1000, [1.0, 0.11, 0.11, 0.11]),
+            ("w", "native-again"): result(2000, 1000, [1.0, 0.12, 0.12, 0.12]),
+        }))
+    rows = {r["allocator"]: r for r in mrt.rows_of(mrt.load_runs(paths))}
+    mine = rows["vramledger"]
+    assert mine["paired"] == pytest.approx([1.1] * 3)
+    assert mine["aba"] == pytest.approx([1.0] * 3)
+    assert mrt.verdict(mine, 1.02, 0.005, 3) == "meets"
+    assert rows["native-again"]["paired"] == pytest.approx([1.2] * 3)
+    assert mrt.verdict(rows["native-again"], 1.02, 0.005, 3).startswith("A/A control")
+    table = mrt.render(list(rows.values()), 1.02, 0.005, 3)
+    assert "| 1.100 / 1.100 / 1.100 | 1.000 / 1.000 / 1.000 |" in table
