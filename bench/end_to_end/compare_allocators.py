@@ -521,7 +521,7 @@ def derive_figures(run: Dict[str, Any], native: Optional[Dict[str, Any]],
         warmup = result.get("warmup", 0)
         ours, theirs = result.get("step_seconds") or [], native["result"].get("step_seconds") or []
         paired = paired_median(ours, theirs, warmup)
-        if (again is not None and again is not run
+        if (again is not None and again is not run and run.get("allocator") != REFERENCE
                 and again["result"].get("schedule") == result.get("schedule")):
             twice = again["result"].get("step_seconds") or []
             both = [(a + b) / 2 if a and b else None for a, b in zip(theirs, twice)]

@@ -619,3 +619,11 @@ def test_the_a_a_control_runs_last_or_first_so_the_others_run_between_two_native
         assert ran[1] == "vramledger" and {ran[0], ran[2]} == {"native", "native-again"}
         ours = next(r for r in load(out)["runs"] if r["allocator"] == "vramledger")
         assert ours["derived"]["paired_step_ratio_aba"] is not None
+
+
+def test_native_itself_gets_no_aba_figure():
+    native = {"allocator": "native",
+              "result": {"schedule": [1], "step_seconds": [1.0, 1.0], "warmup": 0}}
+    again = {"allocator": "native-again",
+             "result": {"schedule": [1], "step_seconds": [2.0, 2.0], "warmup": 0}}
+    assert ca.derive_figures(native, native, again)["paired_step_ratio_aba"] is None
