@@ -9,6 +9,8 @@
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
 #                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
 #
+# --allocators: add native-again (compare_allocators' A/A control) for step times: every other
+# allocator then runs between two natives, and the table judges steps against their mean.
 # --workloads: comma-separated (default: all seven). The budget is split evenly between the runs
 # (each invocation gets budget/RUNS as its --time-limit-s; a workload that would not fit is
 # recorded as not run, never cut short). Each (workload, allocator) run takes ~13–40 s on the
