@@ -5,16 +5,17 @@
 # pass --native-last, so running first favours no allocator), then
 # bench/end_to_end/multi_run_table.py over their JSON files.
 #
-#   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger] [--workloads NAMES]
+#   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger,native-again] [--workloads NAMES]
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
 #                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
 #
-# --allocators: add native-again (compare_allocators' A/A control) for step times: every other
-# allocator then runs between two natives, and the table judges steps against their mean.
+# --allocators: native-again (compare_allocators' A/A control, in the default) puts every other
+# allocator between two natives, and the table judges steps against their mean; without it a
+# process later in the series runs faster whatever its allocator (H200, 2026-12-02).
 # --workloads: comma-separated (default: all seven). The budget is split evenly between the runs
 # (each invocation gets budget/RUNS as its --time-limit-s; a workload that would not fit is
 # recorded as not run, never cut short). Each (workload, allocator) run takes ~13–40 s on the
-# H200 (generation ~35 s), so all seven workloads with two allocators need ~250 s per run.
+# H200 (generation ~35 s), so all seven workloads with the three default allocators need ~380 s per run.
 # Writes DIR/runN/ (compare_allocators' outputs) and DIR/table.md; DIR defaults to $OUT/e2e-runs
 # when $OUT is set (the device runner returns it), else build-e2e-runs.
 # Needs PYTHONPATH to find the staged vramledger package (scripts/gpu_suite.sh --hooks 20 with
@@ -22,7 +23,7 @@
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 runs=3
-allocators=native,vramledger
+allocators=native,vramledger,native-again
 workloads=gpt2_train,llama_train,gpt2_generate,resnet50_train,vit_train,t5_train,two_stream_train
 steps=24
 warmup=4
