@@ -404,6 +404,11 @@ LedgerCounters Ledger::counters_unlocked() const noexcept {
   return result;
 }
 
+Ledger::ShardTally Ledger::shard_tally() const {
+  ReadGuard guard(*this);
+  return shard_tally_;
+}
+
 std::vector<StreamUsage> Ledger::per_stream() const {
   ReadGuard guard(*this);
   std::vector<StreamUsage> entries = streams_.entries();

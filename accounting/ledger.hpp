@@ -11,7 +11,9 @@
 // report through their LedgerShard (ledger_shard.hpp) without the allocator's lock. From then on
 // on_event takes the ledger's own lock, and every query folds the shards first, under that lock
 // and every shard's mutex, so what it returns is exact. Lock order: allocator lock -> ledger lock
-// -> shard mutexes (ascending address).
+// -> shard mutexes (ascending address). The per-stream fast path's shards (open_stream_shard)
+// are updated under their stream's lock and their own mutex, and take the slow path with the
+// stream's lock still held (docs/design.md 4, 5.2).
 #pragma once
 
 #include <array>
@@ -90,7 +92,19 @@ class Ledger final : public AllocatorObserver {
   // Front-cache shards (ledger_shards.cpp).
   bool has_shards() const noexcept override { return true; }
   ObserverShard* open_shard() override;
+  // A published stream's shard (docs/design.md 5.2): from its first one on, every event the
+  // allocator sends itself folds every shard first.
+  ObserverShard* open_stream_shard() override;
   void close_shard(ObserverShard* shard) noexcept override;
+  // How the shards' events were counted, since construction: on a shard's fast path (those
+  // carrying split changes among them) or through the ledger's slow path. For tests and
+  // benchmarks; the shards are folded first.
+  struct ShardTally {
+    std::uint64_t fast = 0;
+    std::uint64_t fast_with_splits = 0;
+    std::uint64_t slow = 0;
+  };
+  ShardTally shard_tally() const;
   // The counters-only account (counters_text.hpp) attached to out-of-memory errors.
   std::string describe() const override;
   // The figures that account prints, copied out (counters_text.hpp).
@@ -137,6 +151,7 @@ class Ledger final : public AllocatorObserver {
   // ---- shards (ledger_shards.cpp)
   struct Slot;  // one fast counter: a pool's, the aggregate's, a stream's or the untagged tag's
   void on_event_sharded(const AllocatorEvent& event) noexcept;
+  ObserverShard* open_shard_of_kind(bool for_stream);
   void apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept;
   void lock_shards() const noexcept;
   void unlock_shards() const noexcept;
@@ -211,6 +226,9 @@ class Ledger final : public AllocatorObserver {
   std::atomic<bool> concurrent_{false};  // accept_concurrent_events: events and queries lock
   mutable SpinMutex mutex_;  // taken by on_event once sharded_ or concurrent_, and by queries
   mutable bool shards_held_ = false;  // under mutex_: lock_shards() is in effect
+  bool stream_shards_ = false;        // under mutex_: a stream's shard was opened
+  std::size_t stream_shard_count_ = 0;  // under mutex_: stream shards open now
+  ShardTally shard_tally_;            // under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};
   std::array<std::int64_t, kFastPoolStats> outstanding_aggregate_{};

@@ -1,5 +1,8 @@
 // One thread's share of the ledger: what a front cache (allocator/detail/thread_cache.hpp) counts
-// without the allocator's lock, and the escrow that keeps every peak exact (docs/design.md, 5.4).
+// without the allocator's lock, and the escrow that keeps every peak exact (docs/design.md, 5.2).
+// A published stream of the per-stream fast path (allocator/detail/stream_fast_path.cpp) has one
+// too (Ledger::open_stream_shard), which also counts the split changes its events carry
+// (inactive split count and bytes, raised or lowered) with cells and credit of their own.
 //
 // For the counters a front cache moves (the six an allocate/free pair touches, per pool and for
 // the aggregate; the four usage counters of its streams and of the untagged tag) a shard keeps
@@ -36,11 +39,16 @@ struct ShardStat {
   std::int64_t credit = 0;
 };
 
-// The six PoolCounters an allocate/free pair moves, and the four UsageStats.
-inline constexpr std::size_t kFastPoolStats = 6;
+// The six PoolCounters an allocate/free pair moves, then the two its split changes move (torch's
+// inactive split, the paged heap's page fragments: per-stream shards count them), and the four
+// UsageStats.
+inline constexpr std::size_t kFastPoolStats = 8;
 inline constexpr std::size_t kFastUsageStats = 4;
-// The three amounts they move by: 1 (counts), the block size (bytes), the request.
-inline constexpr std::size_t kAmountKinds = 3;
+// The amounts they move by: 1 (counts), the block size (bytes), the request, and the event's
+// split changes (count, bytes; signed: an event may raise or lower them).
+inline constexpr std::size_t kAmountKinds = 5;
+inline constexpr std::size_t kSplitCount = 3;  // the amount kinds of the split changes
+inline constexpr std::size_t kSplitBytes = 4;
 
 // A shard's figures are kept per cell, one cell per (pool, stream) it has seen, and per kind of
 // amount: a cell's count delta is that of its pool's allocation and active counts, of the
@@ -52,7 +60,9 @@ class LedgerShard final : public ObserverShard {
   static constexpr std::size_t kStreams = 4;   // streams a shard counts for itself
   static constexpr std::size_t kStaged = 128;  // trace records held before a fold
 
-  explicit LedgerShard(Ledger& ledger) : ledger_(ledger) {}
+  // `for_stream`: the shard of a stream's heaps on the per-stream fast path (Ledger::
+  // open_stream_shard), which also counts split changes; else a front cache's.
+  LedgerShard(Ledger& ledger, bool for_stream) : ledger_(ledger), for_stream_(for_stream) {}
 
   bool try_apply(const AllocatorEvent& event) noexcept override;
   void apply_slow(const AllocatorEvent& event) noexcept override;
@@ -64,15 +74,17 @@ class LedgerShard final : public ObserverShard {
     UsageStats* usage = nullptr;
   };
   using Cell = std::array<ShardStat, kAmountKinds>;
-  // A fast event as the trace needs it: an untagged kAlloc or kFree without split changes, so
-  // only these fields (48 bytes; the whole event and its time were 72 and were copied with wide
-  // loads that stalled on the stores that had just built the event).
+  // A fast event as the trace needs it: an untagged kAlloc or kFree, so only these fields (56
+  // bytes; the whole event and its time were 72 and were copied with wide loads that stalled on
+  // the stores that had just built the event).
   struct StagedRecord {
     DevicePtr address;
     std::size_t size;
     std::size_t requested;
     StreamHandle stream;
     std::uint64_t ticks;
+    std::int64_t split_bytes;
+    std::int32_t split_count;
     EventKind kind;
     PoolKind pool;
   };
@@ -88,6 +100,7 @@ class LedgerShard final : public ObserverShard {
   }
 
   Ledger& ledger_;
+  bool for_stream_;
   std::array<std::array<Cell, kStreams>, 2> cells_{};  // [pool][stream share]
   std::array<StreamShare, kStreams> streams_{};
   std::size_t streams_used_ = 0;

@@ -2,6 +2,8 @@
 // docs/design.md, 5.4 has the argument).
 #include <algorithm>
 #include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "accounting/cheap_clock.hpp"
 #include "accounting/ledger.hpp"
@@ -24,17 +26,28 @@ using UsageStat = Stat UsageStats::*;
 constexpr PoolStat kFastPool[kFastPoolStats] = {
     &PoolCounters::allocation,      &PoolCounters::active,
     &PoolCounters::allocated_bytes, &PoolCounters::active_bytes,
-    &PoolCounters::requested_bytes, &PoolCounters::allocated_requested_bytes};
-constexpr std::size_t kPoolKind[kFastPoolStats] = {0, 0, 1, 1, 2, 2};
+    &PoolCounters::requested_bytes, &PoolCounters::allocated_requested_bytes,
+    &PoolCounters::inactive_split,  &PoolCounters::inactive_split_bytes};
+constexpr std::size_t kPoolKind[kFastPoolStats] = {0, 0, 1, 1, 2, 2, kSplitCount, kSplitBytes};
+constexpr std::size_t kFirstSplitStat = 6;
 constexpr std::size_t kActiveBytes = 3;
 constexpr UsageStat kFastUsage[kFastUsageStats] = {
     &UsageStats::allocation, &UsageStats::allocated_bytes, &UsageStats::requested_bytes,
     &UsageStats::active_bytes};
 constexpr std::size_t kUsageKind[kFastUsageStats] = {0, 1, 2, 1};
 
-inline std::array<std::int64_t, kAmountKinds> amounts_of(const AllocatorEvent& event) noexcept {
-  return {1, static_cast<std::int64_t>(event.size), static_cast<std::int64_t>(event.requested)};
+// How far the event raises the fast counters, per kind of amount (a kind it lowers or leaves:
+// zero or less): an allocation's counts, and the split changes of any event.
+inline bool raises_counts(const AllocatorEvent& event) noexcept {
+  return event.kind == EventKind::kAlloc || event.kind == EventKind::kWake;
 }
+inline std::array<std::int64_t, kAmountKinds> raises_of(const AllocatorEvent& event) noexcept {
+  const bool counts = raises_counts(event);
+  return {counts ? 1 : 0, counts ? static_cast<std::int64_t>(event.size) : 0,
+          counts ? static_cast<std::int64_t>(event.requested) : 0, event.inactive_split_delta,
+          event.inactive_split_bytes_delta};
+}
+
 
 }  // namespace
 
@@ -52,10 +65,21 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   auto size = static_cast<std::int64_t>(event.size);
   auto requested = static_cast<std::int64_t>(event.requested);
   asm("" : "+r"(size), "+r"(requested));
+  const std::int64_t split_count = event.inactive_split_delta;
+  const std::int64_t split_bytes = event.inactive_split_bytes_delta;
   if (staged_count_ == kStaged || event.tag != kUntagged) [[unlikely]] return false;
   const std::size_t share = share_of(event.stream);
   if (share == kStreams) [[unlikely]] return false;
   Cell& cell = cells_[pool & 1][share];
+  // Split changes (a stream shard's events only) move in either direction: a raise needs
+  // credit, a decrease becomes credit, as the counts below.
+  const bool splits = (split_count | split_bytes) != 0;
+  if (splits) {
+    if (!for_stream_ || cell[kSplitCount].credit < split_count ||
+        cell[kSplitBytes].credit < split_bytes) {
+      return false;  // nothing changed
+    }
+  }
   if (kind == static_cast<std::uint32_t>(EventKind::kAlloc)) {
     if (cell[0].credit < 1 || cell[1].credit < size || cell[2].credit < requested) {
       return false;  // nothing changed
@@ -80,12 +104,22 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   } else {
     return false;
   }
+  if (splits) {
+    for (const auto& [k, amount] : {std::pair{kSplitCount, split_count},
+                                    std::pair{kSplitBytes, split_bytes}}) {
+      cell[k].credit -= amount;
+      cell[k].delta += amount;
+      cell[k].increases += std::max<std::int64_t>(amount, 0);
+    }
+  }
   StagedRecord& record = staged_[staged_count_++];
   record.address = event.address;
   record.size = static_cast<std::size_t>(size);
   record.requested = static_cast<std::size_t>(requested);
   record.stream = event.stream;
   record.ticks = read_clock(ledger_.options_.clock);
+  record.split_bytes = split_bytes;
+  record.split_count = static_cast<std::int32_t>(split_count);
   record.kind = static_cast<EventKind>(kind);
   record.pool = static_cast<PoolKind>(pool);
   return true;
@@ -159,15 +193,17 @@ void Ledger::for_each_slot_of_cell(std::size_t pool, std::size_t entry, std::siz
   }
 }
 
-// Calls visit(slot, amount) for every fast counter a raise by this event moves.
+// Calls visit(slot, amount) for every fast counter this event moves (amount: its raise, zero or
+// less where it does not raise the counter).
 template <typename Visit>
 void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept {
-  const auto amounts = amounts_of(event);
+  const auto amounts = raises_of(event);
   const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
   for (std::size_t j = 0; j < kFastPoolStats; ++j) {
     visit(Slot{Slot::kPool, p, j}, amounts[kPoolKind[j]]);
     visit(Slot{Slot::kAggregate, 0, j}, amounts[kPoolKind[j]]);
   }
+  if (!raises_counts(event)) return;  // usage counters only rise with an allocation
   const std::size_t entry = streams_.index_of(streams_.usage_of(event.stream));
   const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
   for (std::size_t j = 0; j < kFastUsageStats; ++j) {
@@ -210,9 +246,17 @@ void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
 
 // ------------------------------------------------------------------ the ledger's side
 
-ObserverShard* Ledger::open_shard() {
+ObserverShard* Ledger::open_shard() { return open_shard_of_kind(false); }
+
+ObserverShard* Ledger::open_stream_shard() { return open_shard_of_kind(true); }
+
+ObserverShard* Ledger::open_shard_of_kind(bool for_stream) {
   std::lock_guard lock(mutex_);
-  auto shard = std::make_unique<LedgerShard>(*this);
+  if (for_stream) {
+    stream_shards_ = true;
+    ++stream_shard_count_;
+  }
+  auto shard = std::make_unique<LedgerShard>(*this, for_stream);
   LedgerShard* opened = shard.get();
   const auto at = std::upper_bound(
       shards_.begin(), shards_.end(), opened,
@@ -229,6 +273,7 @@ void Ledger::close_shard(ObserverShard* closing) noexcept {
   for (auto it = shards_.begin(); it != shards_.end(); ++it) {
     LedgerShard& shard = **it;
     if (&shard != closing) continue;
+    if (shard.for_stream_) --stream_shard_count_;
     // Its credit goes back: headroom nobody else may use twice.
     for (std::size_t p = 0; p < 2; ++p) {
       for (std::size_t s = 0; s < shard.streams_used_; ++s) {
@@ -272,8 +317,12 @@ void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
     event.address = record.address;
     event.size = record.size;
     event.requested = record.requested;
+    event.inactive_split_delta = record.split_count;
+    event.inactive_split_bytes_delta = record.split_bytes;
     trace_.append(event, record.ticks);
     ++counters_.events;
+    ++shard_tally_.fast;
+    if (record.split_count != 0 || record.split_bytes != 0) ++shard_tally_.fast_with_splits;
   }
   shard.staged_count_ = 0;
   for (std::size_t p = 0; p < 2; ++p) {
@@ -320,8 +369,10 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
   // The twenty comparisons of for_each_fast_slot, spelled out: every heap allocation runs this
   // while shards are open, and the generic slots (a switch per counter) made it a fifth of a
   // mixed-size pair's cost (perf, simulated device).
+  // Only front shards are open here (stream shards make every event take the exact path), and
+  // they hold no split credit: the split counters' own figures are exact, and apply moves them.
   if (event.requested > event.size) return false;  // malformed: the usual path reports it
-  const auto amounts = amounts_of(event);
+  const auto amounts = raises_of(event);
   const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
   const PoolCounters& pool = counters_.pools[1 + p];
   const PoolCounters& small = counters_.pools[stat_pool_index(PoolKind::kSmall)];
@@ -330,7 +381,7 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
   const bool reserved_at_peak =
       small.reserved_bytes.current + large.reserved_bytes.current == all.reserved_bytes.peak;
   bool fits = true;
-  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+  for (std::size_t j = 0; j < kFirstSplitStat; ++j) {
     const std::int64_t amount = amounts[kPoolKind[j]];
     const Stat& own = pool.*kFastPool[j];
     fits &= own.current + amount + outstanding_pool_[p][j] <= own.peak;
@@ -361,7 +412,7 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
 // the shards push past its ceiling. The usual update that follows sees the exact sums.
 void Ledger::make_room_locked(const AllocatorEvent& event) noexcept {
   for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
-    if (current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
+    if (amount > 0 && current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
       revoke_slot_locked(slot);
     }
   });
@@ -382,19 +433,45 @@ void Ledger::revoke_all_credit_locked() noexcept {
   for (auto& entry : outstanding_stream_) entry.fill(0);
 }
 
-// Gives the event's cell of `shard` half of the smallest headroom of the counters each of its
-// amounts stands for, so its next raises stay on its fast path while others keep some.
+// Gives the event's cell of `shard` a share of the smallest headroom of the counters each of its
+// amounts stands for, so its next raises stay on its fast path while others keep some. A front
+// cache's shard gets half (the heap's own events, checked against the headroom without folding,
+// keep the rest). A stream's shard gets 1/n of it, n the stream shards open (the allocator's own
+// events fold and take credit back as needed); when what is left is below 1/n of the credit the
+// others hold, theirs is taken back first (they get their share again at their next slow path),
+// so that sixteen streams do not halve the headroom down to nothing for the last ones.
 void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
   const std::size_t s = shard.share_of(event.stream);
   if (s == LedgerShard::kStreams || event.tag != kUntagged) return;
   const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
-  for (std::size_t k = 0; k < kAmountKinds; ++k) {
-    std::int64_t headroom = INT64_MAX;
-    for_each_slot_of_cell(p, shard.streams_[s].entry, k, [&](const Slot& slot) {
-      headroom = std::min(headroom, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
-    });
+  // Split credit only for a stream's shard: a front cache's events carry no split changes, and
+  // credit it held would only make the heap's own events take the exact path.
+  const std::size_t kinds = shard.for_stream_ ? kAmountKinds : kSplitCount;
+  const std::int64_t shares =
+      shard.for_stream_ ? std::max<std::int64_t>(1, static_cast<std::int64_t>(stream_shard_count_))
+                        : 2;
+  const std::size_t entry = shard.streams_[s].entry;
+  for (std::size_t k = 0; k < kinds; ++k) {
+    const auto headroom_of_cell = [&] {
+      std::int64_t headroom = INT64_MAX;
+      std::int64_t held = 0;
+      std::int64_t grant = INT64_MAX;  // the smallest share over the slots
+      for_each_slot_of_cell(p, entry, k, [&](const Slot& slot) {
+        const std::int64_t room = ceiling_of(slot) - current_of(slot) - outstanding_of(slot);
+        headroom = std::min(headroom, room);
+        // A stream's own usage counter has one stream shard: it may have all of the room.
+        const bool own = shard.for_stream_ && slot.kind == Slot::kStream;
+        grant = std::min(grant, own ? room : (room + shares - 1) / shares);
+        if (!own) held = std::max(held, outstanding_of(slot));
+      });
+      return std::tuple{headroom, held, grant};
+    };
+    auto [headroom, held, grant] = headroom_of_cell();
+    if (shard.for_stream_ && shares > 1 && headroom < held / shares) {
+      for_each_slot_of_cell(p, entry, k, [&](const Slot& slot) { revoke_slot_locked(slot); });
+      std::tie(headroom, held, grant) = headroom_of_cell();
+    }
     if (headroom <= 0) continue;
-    const std::int64_t grant = (headroom + 1) / 2;
     shard.cells_[p][s][k].credit += grant;
     for_each_slot_of_cell(p, shard.streams_[s].entry, k,
                           [&](const Slot& slot) { outstanding_of(slot) += grant; });
@@ -410,6 +487,7 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
     fold_shard_locked(shard);
     if (shard.try_apply(event)) return;
   }
+  ++shard_tally_.slow;
   lock_shards();
   fold_locked();
   const bool fast_kind = event.kind == EventKind::kAlloc || event.kind == EventKind::kFree;
@@ -438,7 +516,7 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
       share.usage = &usage;
     }
   }
-  if (event.kind == EventKind::kAlloc) make_room_locked(event);
+  make_room_locked(event);
   apply(event);
   if (fast_kind) grant_credit_locked(shard, event);
   unlock_shards();
@@ -446,18 +524,25 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
 
 void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
   std::lock_guard lock(mutex_);
+  // Reserved reaching its peak arms "active at peak reserved", read from the exact sum.
+  const bool reserved_peak =
+      (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate ||
+       event.kind == EventKind::kSegmentWake) &&
+      aggregate_current(&PoolCounters::reserved_bytes) + static_cast<std::int64_t>(event.size) >=
+          counters_.pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.peak;
   bool exact = false;  // whether the update needs the shards folded and their credit checked
-  if (event.kind == EventKind::kAlloc) {
+  if (stream_shards_) {
+    // Stream shards: the allocator sends this under its lock, so no stream's fast path is
+    // between its heap change and its shard's update, and events of one stream (a split made
+    // on the fast path, undone here) must reach the trace in their order: every shard's staged
+    // records go first (docs/design.md 5.2).
+    exact = true;
+  } else if (event.kind == EventKind::kAlloc) {
     exact = !raise_fits(event);
   } else if (event.kind == EventKind::kWake) {
     exact = true;  // raises what an allocation does (rare: take the exact path)
-  } else if (event.kind == EventKind::kSegmentCreate || event.kind == EventKind::kPhysicalCreate ||
-             event.kind == EventKind::kSegmentWake) {
-    // Reserved reaching its peak arms "active at peak reserved", read from the exact sum.
-    const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
-    exact = aggregate_current(&PoolCounters::reserved_bytes) +
-                static_cast<std::int64_t>(event.size) >=
-            all.reserved_bytes.peak;
+  } else if (reserved_peak) {
+    exact = true;
   }
   if (!exact) {
     if (event.kind == EventKind::kAlloc) {
@@ -469,12 +554,9 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
   }
   lock_shards();
   fold_locked();
-  if (event.kind == EventKind::kAlloc || event.kind == EventKind::kWake) {
-    make_room_locked(event);
-  } else {
-    // Credit for the aggregate's active bytes was granted against a ceiling that may drop now.
-    revoke_slot_locked(Slot{Slot::kAggregate, 0, kActiveBytes});
-  }
+  make_room_locked(event);
+  // Credit for the aggregate's active bytes was granted against a ceiling that may drop now.
+  if (reserved_peak) revoke_slot_locked(Slot{Slot::kAggregate, 0, kActiveBytes});
   apply(event);
   unlock_shards();
 }

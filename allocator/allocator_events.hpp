@@ -83,8 +83,9 @@ class ObserverShard {
   virtual ~ObserverShard() = default;
 
   SpinMutex& mutex() noexcept { return mutex_; }
-  // With mutex() held: applies a kAlloc or kFree of a front-cache block. Returns false, changing
-  // nothing, when it cannot be applied without the observer's slow path.
+  // With mutex() held: applies a kAlloc or kFree of a front-cache block, or of a stream's fast
+  // path (AllocatorObserver::open_stream_shard). Returns false, changing nothing, when it cannot
+  // be applied without the observer's slow path.
   virtual bool try_apply(const AllocatorEvent& event) noexcept = 0;
   // Without mutex() held: applies the event through the observer's slow path (always succeeds).
   virtual void apply_slow(const AllocatorEvent& event) noexcept = 0;
@@ -122,6 +123,13 @@ class AllocatorObserver {
   // changes. Answering false keeps every event under the allocator's one lock.
   virtual bool accept_concurrent_events() noexcept { return false; }
   virtual ObserverShard* open_shard() { return nullptr; }
+  // A shard for one published stream of the per-stream fast path (docs/design.md 4, 5.2), or
+  // null (its events then go to on_event). Called under the allocator's lock, after
+  // accept_concurrent_events returned true. The shard's try_apply is called under the stream's
+  // lock and the shard's mutex; apply_slow under the stream's lock alone (the observer takes
+  // its own lock and every shard's mutex then: none of them is ever held while waiting for a
+  // stream's lock). Events the allocator sends under its own lock go to on_event as before.
+  virtual ObserverShard* open_stream_shard() { return nullptr; }
   virtual void close_shard(ObserverShard* /*shard*/) noexcept {}
 
   // Called by CachingAllocator as it starts and stops reporting to this observer.

@@ -213,7 +213,7 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
   last_stream_ = streams_.back().get();
   // Locked now as the rest of the allocator's lock is; open to the fast path once it is released.
   if (stream_path_.load(std::memory_order_relaxed)) {
-    mutex_.publish(*last_stream_);
+    publish_stream_locked(*last_stream_);
   } else if (stream_path_possible_ && streams_.size() >= 2) {
     start_stream_path_locked();
   }

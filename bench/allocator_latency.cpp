@@ -95,11 +95,21 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
     live[i] = rig.allocator.allocate(pattern.sizes[i], stream);
   }
   std::size_t k = 0;
+  // How the ledger's shards counted the run (per-stream shards, front caches): the share of
+  // their events that took the ledger's slow path. Read by thread 0 around its loop (a read folds
+  // every shard: not inside the timed loop).
+  const Ledger::ShardTally before = thread == 0 ? rig.ledger.shard_tally() : Ledger::ShardTally{};
   for (auto _ : state) {
     const std::uint32_t slot = pattern.slots[k];
     rig.allocator.deallocate(live[slot]);
     live[slot] = rig.allocator.allocate(pattern.sizes[k], stream);
     k = (k + 1) & (kPatternLength - 1);
+  }
+  if (thread == 0) {
+    const Ledger::ShardTally after = rig.ledger.shard_tally();
+    const auto fast = static_cast<double>(after.fast - before.fast);
+    const auto slow = static_cast<double>(after.slow - before.slow);
+    state.counters["shard_slow"] = fast + slow > 0 ? slow / (fast + slow) : 0.0;
   }
   for (DevicePtr ptr : live) rig.allocator.deallocate(ptr);
   state.SetItemsProcessed(state.iterations());

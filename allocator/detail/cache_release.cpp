@@ -33,7 +33,7 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
     if (last_stream_ == &heaps) last_stream_ = nullptr;
     if (heaps.open.load(std::memory_order_relaxed)) {
       // A fast path may be about to lock it: it stays, closed (stream_locks.hpp).
-      mutex_.withdraw(heaps);
+      withdraw_stream_locked(heaps);
       withdrawn_streams_.push_back(std::move(*it));
     }
     streams_.erase(it);

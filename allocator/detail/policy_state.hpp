@@ -72,6 +72,7 @@ class CachingAllocator::Impl {
   Impl(DeviceBackend& backend, AllocatorObserver* observer, AllocatorOptions options);
   ~Impl() {
     retire_front_caches();  // their parked blocks back to the heaps, their ledger shards closed
+    close_stream_shards();  // what the streams' ledger shards counted, folded into the ledger
     release_everything_at_exit();
     release_sleep_state_at_exit();
   }
@@ -164,8 +165,13 @@ class CachingAllocator::Impl {
     event.requested = requested;
     event.inactive_split_delta = split.count;
     event.inactive_split_bytes_delta = split.bytes;
+    ObserverShard* shard = split.shard;
     split = SplitDelta{};
-    observer_->on_event(event);
+    if (shard != nullptr) {
+      report_to_stream_shard(*shard, event);  // detail/stream_fast_path.cpp
+    } else {
+      observer_->on_event(event);
+    }
   }
   // Active bytes and their exact peak, from several streams at once: the peak takes every value
   // the sum reaches (each fetch_add returns one), never one it does not. Kept for the paged
@@ -347,6 +353,10 @@ class CachingAllocator::Impl {
   // ---- the per-stream fast path (detail/stream_fast_path.cpp; docs/design.md 4)
 
   void start_stream_path_locked();
+  void publish_stream_locked(StreamHeaps& heaps);
+  void withdraw_stream_locked(StreamHeaps& heaps);
+  void close_stream_shards() noexcept;
+  void report_to_stream_shard(ObserverShard& shard, const AllocatorEvent& event);
   bool stream_path_open_locked() const;
   bool stream_free_allowed_locked(const StreamHeaps& heaps, const Block* block) const;
   DevicePtr stream_allocate(std::size_t bytes, std::size_t size, PoolKind pool,

@@ -22,9 +22,51 @@ namespace vramledger {
 inline void CachingAllocator::Impl::start_stream_path_locked() {
   stream_path_possible_ = false;
   if (observer_ != nullptr && !observer_->accept_concurrent_events()) return;
-  for (auto& heaps : streams_) mutex_.publish(*heaps);
+  for (auto& heaps : streams_) publish_stream_locked(*heaps);
   live_.set_locking();
   stream_path_.store(true, std::memory_order_release);
+}
+
+// Under the allocator's lock: `heaps` gets a slot (stream_locks.hpp) and, if the observer has
+// them, a ledger shard for its fast path's events.
+inline void CachingAllocator::Impl::publish_stream_locked(StreamHeaps& heaps) {
+  if (!mutex_.publish(heaps) || observer_ == nullptr) return;
+  heaps.ledger_shard = observer_->open_stream_shard();
+}
+
+// Under the allocator's lock: the shard folded and closed (no fast path can be in it: its stream
+// lock is held), then the slot given up.
+inline void CachingAllocator::Impl::withdraw_stream_locked(StreamHeaps& heaps) {
+  if (heaps.ledger_shard != nullptr) {
+    observer_->close_shard(heaps.ledger_shard);
+    heaps.ledger_shard = nullptr;
+  }
+  mutex_.withdraw(heaps);
+}
+
+// At teardown (no other thread uses the allocator any more).
+inline void CachingAllocator::Impl::close_stream_shards() noexcept {
+  for (auto& heaps : streams_) {
+    if (heaps->ledger_shard == nullptr) continue;
+    observer_->close_shard(heaps->ledger_shard);
+    heaps->ledger_shard = nullptr;
+  }
+}
+
+// Under the event's stream lock, on the fast path: its shard counts the event under the shard's
+// own mutex; past its credit (or with its staged records full) the observer's slow path counts
+// it with the stream's lock still held. Releasing it first, as a front cache does, would let the
+// stream's next operation (on another thread) reach the ledger before this one: a split made
+// here and taken there would be counted taken before made, and a peak could be missed. The slow
+// path takes the ledger's mutex, then every shard's: a stream lock is never taken under either
+// (docs/design.md 4).
+inline void CachingAllocator::Impl::report_to_stream_shard(ObserverShard& shard,
+                                                           const AllocatorEvent& event) {
+  SpinMutex& mutex = shard.mutex();
+  mutex.lock();
+  const bool counted = shard.try_apply(event);
+  mutex.unlock();
+  if (!counted) [[unlikely]] shard.apply_slow(event);
 }
 
 // Under a stream's lock: nothing the allocator's lock must do first or refuse. These fields
@@ -52,6 +94,7 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
   } else {
     take_from_segment(index, pool, block, size, split);
   }
+  split.shard = heaps->ledger_shard;
   return hand_out(block, bytes, stream, tag, split);
 }
 
@@ -100,6 +143,7 @@ inline bool CachingAllocator::Impl::stream_deallocate(DevicePtr ptr) {
   std::lock_guard lock(heaps->mutex, std::adopt_lock);
   if (block == nullptr) return false;
   SplitDelta split;
+  split.shard = heaps->ledger_shard;
   complete_free(block, EventKind::kFree, split);
   return true;
 }

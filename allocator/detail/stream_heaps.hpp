@@ -16,11 +16,16 @@
 
 namespace vramledger {
 
+class ObserverShard;  // allocator_events.hpp
+
 // Split changes (torch's inactive split, the paged heap's page fragments) waiting for the event
 // of the operation that caused them, which carries them (AllocatorEvent).
 struct SplitDelta {
   std::int32_t count = 0;
   std::int64_t bytes = 0;
+  // On the per-stream fast path: the stream's ledger shard, which gets the operation's event
+  // instead of the observer's on_event (Impl::emit_with); null elsewhere.
+  ObserverShard* shard = nullptr;
   bool empty() const { return count == 0 && bytes == 0; }
 };
 
@@ -33,6 +38,10 @@ struct StreamHeaps {
   // may serve it. Written under `mutex`; read without it only as a hint.
   std::atomic<bool> open{false};
   StreamHandle stream = 0;
+  // The observer's shard for this stream while published (open_stream_shard), or null: the fast
+  // path's events go there, under `mutex` and the shard's own mutex (docs/design.md 5.2).
+  // Opened and closed under the allocator's lock.
+  ObserverShard* ledger_shard = nullptr;
   // The Blocks tiling this stream's ranges: created and destroyed under `mutex`.
   ObjectPool<Block> blocks;
   FreeBlockIndex free[2];

@@ -133,5 +133,102 @@ TEST(LedgerShard, TraceHoldsEveryEventOnceFolded) {
   EXPECT_FALSE(ledger.inconsistent());
 }
 
+// A stream shard's event as the per-stream fast path sends it: with its split changes.
+AllocatorEvent split_event(EventKind kind, DevicePtr address, std::size_t size,
+                           StreamHandle stream, std::int32_t split, std::int64_t split_bytes) {
+  AllocatorEvent event = front_event(kind, address, size, stream);
+  event.inactive_split_delta = split;
+  event.inactive_split_bytes_delta = split_bytes;
+  return event;
+}
+
+// Split changes on two streams' shards: raises need credit, decreases become credit, and the
+// peak of the sum over both shards is the sum at the instant it was reached.
+TEST(LedgerShard, StreamShardsCountSplitChangesWithExactPeaks) {
+  Ledger ledger(quiet());
+  ObserverShard* one = ledger.open_stream_shard();
+  ObserverShard* two = ledger.open_stream_shard();
+  const auto alloc_on = [](StreamHandle stream, DevicePtr address) {
+    return split_event(EventKind::kAlloc, address, 4 * kKiB, stream, 1, 8 * kKiB);
+  };
+  const auto free_on = [](StreamHandle stream, DevicePtr address) {
+    return split_event(EventKind::kFree, address, 4 * kKiB, stream, -1, -8 * kKiB);
+  };
+  report(*one, alloc_on(1, 0x10000));  // no share yet: the slow path, which grants credit
+  EXPECT_TRUE(fast(*one, free_on(1, 0x10000)));  // a decrease becomes credit
+  EXPECT_TRUE(fast(*one, alloc_on(1, 0x10000)));  // covered by that credit
+  report(*two, alloc_on(2, 0x20000));  // together: a new peak, counted exactly
+  LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().inactive_split.current, 2);
+  EXPECT_EQ(counters.aggregate().inactive_split.peak, 2);
+  EXPECT_EQ(counters.aggregate().inactive_split_bytes.peak, static_cast<std::int64_t>(16 * kKiB));
+  EXPECT_EQ(counters.pool(PoolKind::kSmall).inactive_split.peak, 2);
+  for (int i = 0; i < 100; ++i) {  // alternating frees and allocations stay below it
+    report(*one, free_on(1, 0x10000));
+    report(*two, free_on(2, 0x20000));
+    report(*two, alloc_on(2, 0x20000));
+    report(*one, alloc_on(1, 0x10000));
+  }
+  EXPECT_EQ(ledger.shard_tally().slow, 2u);  // the two first events; 402 on the fast path
+  EXPECT_EQ(ledger.shard_tally().fast_with_splits, 402u);
+  // A raise of the split by the ledger's own event (the allocator's lock) on top: exactly one
+  // more, and the shards' staged records reach the trace before it.
+  ledger.on_event(front_event(EventKind::kInactiveSplitAdd, 0x30000, 2 * kKiB, 3));
+  counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().inactive_split.peak, 3);
+  EXPECT_EQ(counters.aggregate().inactive_split_bytes.peak, static_cast<std::int64_t>(18 * kKiB));
+  EXPECT_EQ(ledger.trace().size(), 405u);
+  EXPECT_EQ(ledger.trace()[404].address, 0x30000u);
+  ledger.close_shard(one);
+  ledger.close_shard(two);
+  EXPECT_EQ(ledger.counters().aggregate().inactive_split.current, 3);
+  EXPECT_FALSE(ledger.inconsistent());
+}
+
+// A split made on a stream's fast path and undone by the ledger's own event (the allocator's
+// lock: a block of that stream taken by the locked path) reach the trace in that order.
+TEST(LedgerShard, OwnEventsFollowTheStreamShardsRecords) {
+  Ledger ledger(quiet());
+  ObserverShard* shard = ledger.open_stream_shard();
+  report(*shard, split_event(EventKind::kAlloc, 0x1000, 4 * kKiB, 1, 0, 0));
+  report(*shard, split_event(EventKind::kFree, 0x1000, 4 * kKiB, 1, 1, 4 * kKiB));
+  ASSERT_TRUE(fast(*shard, split_event(EventKind::kAlloc, 0x1000, 4 * kKiB, 1, -1, -4 * kKiB)));
+  ASSERT_TRUE(fast(*shard, split_event(EventKind::kFree, 0x1000, 4 * kKiB, 1, 1, 4 * kKiB)));
+  // Staged in the shard; the allocator's own allocation of the block follows it.
+  ledger.on_event(split_event(EventKind::kAlloc, 0x1000, 4 * kKiB, 1, -1, -4 * kKiB));
+  LedgerOptions options = quiet();
+  options.trace_capacity = 0;
+  Ledger replay(options);
+  for (const TraceRecord& record : ledger.trace()) {
+    AllocatorEvent event{record.kind};
+    event.pool = record.pool;
+    event.stream = record.stream;
+    event.address = record.address;
+    event.size = record.size;
+    event.requested = record.requested;
+    event.inactive_split_delta = record.inactive_split_delta;
+    event.inactive_split_bytes_delta = record.inactive_split_bytes_delta;
+    replay.on_event(event);
+  }
+  EXPECT_FALSE(replay.inconsistent());
+  EXPECT_FALSE(ledger.inconsistent());
+  EXPECT_EQ(replay.counters(), ledger.counters());
+  EXPECT_EQ(ledger.counters().aggregate().inactive_split.peak, 1);
+  EXPECT_EQ(ledger.counters().aggregate().inactive_split.current, 0);
+  ledger.close_shard(shard);
+}
+
+// A front cache's shard never counts split changes itself (its events carry none; one that did
+// would take the slow path).
+TEST(LedgerShard, FrontShardsLeaveSplitChangesToTheSlowPath) {
+  Ledger ledger(quiet());
+  ObserverShard* shard = ledger.open_shard();
+  report(*shard, front_event(EventKind::kAlloc, 0x1000, 4 * kKiB));
+  report(*shard, front_event(EventKind::kFree, 0x1000, 4 * kKiB));
+  EXPECT_FALSE(fast(*shard, split_event(EventKind::kAlloc, 0x1000, 4 * kKiB, 7, -1, -4 * kKiB)));
+  EXPECT_TRUE(fast(*shard, front_event(EventKind::kAlloc, 0x1000, 4 * kKiB)));
+  ledger.close_shard(shard);
+}
+
 }  // namespace
 }  // namespace vramledger

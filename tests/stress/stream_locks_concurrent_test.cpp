@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <random>
 #include <string>
@@ -218,6 +219,149 @@ TEST_P(StreamLocksConcurrent, PeaksOfMixedSizesOnOwnStreamsAreExact) {
     ASSERT_NE(at, streams.end());
     EXPECT_EQ(entry.usage.allocation.peak, expected_stream_count[at - streams.begin()]);
   }
+  expect_consistent(ledger, allocator);
+  expect_replay_agrees(ledger);
+}
+
+// The streams' ledger shards (docs/design.md 5.2): 16 threads allocate mixed sizes on their own
+// streams from their warm caches (splits: the inactive split, the paged heap's page fragments)
+// and free them again (merges), so nearly every event is counted by its stream's shard, most
+// with split changes, while a seventeenth thread reads the ledger (each read folds every shard).
+// At the end of each phase's allocations the count, the requested bytes and each stream's count
+// stand exactly at the phase's totals and the peaks at their running maxima, and the census
+// agrees with the ledger; after all phases the trace replays to every counter and peak.
+TEST_P(StreamLocksConcurrent, StreamShardsKeepEachPhasesPeaksExact) {
+  SimulatedDevice device(device_options(GetParam()));
+  LedgerOptions ledger_options;
+  ledger_options.trace_capacity = std::size_t{1} << 20;
+  Ledger ledger(ledger_options);
+  CachingAllocator allocator(device, &ledger);
+  std::vector<StreamHandle> streams;
+  for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
+  const std::uint64_t seed = env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026);
+  constexpr int kPhases = 48;
+  std::vector<std::vector<std::vector<std::size_t>>> plan(kPhases);  // [phase][thread] sizes
+  std::mt19937_64 rng(seed ^ 0x5a4d);
+  // Expected at the end of each phase's allocations: current values, and running maxima.
+  struct Figures {
+    std::int64_t count = 0, requested = 0, count_peak = 0, requested_peak = 0;
+    std::vector<std::int64_t> stream_count, stream_peak;
+  };
+  std::vector<Figures> expected(kPhases);
+  use_two_streams(allocator, streams);  // one 512-byte block at a time before the phases
+  std::int64_t count_peak = 1, requested_peak = 512;
+  std::vector<std::int64_t> stream_peak(kThreads, 0);
+  stream_peak[0] = stream_peak[1] = 1;
+  for (int phase = 0; phase < kPhases; ++phase) {
+    Figures& figures = expected[phase];
+    for (int t = 0; t < kThreads; ++t) {
+      // Warm phases first (the heaps grow under the allocator's lock), then mostly smaller ones.
+      const int blocks = phase < 2 ? 24 : static_cast<int>(rng() % 20);
+      std::vector<std::size_t> sizes;
+      for (int i = 0; i < blocks; ++i) sizes.push_back(mixed_size(rng));
+      figures.count += blocks;
+      for (std::size_t size : sizes) figures.requested += static_cast<std::int64_t>(size);
+      stream_peak[t] = std::max<std::int64_t>(stream_peak[t], blocks);
+      figures.stream_count.push_back(blocks);
+      plan[phase].push_back(std::move(sizes));
+    }
+    count_peak = std::max(count_peak, figures.count);
+    requested_peak = std::max(requested_peak, figures.requested);
+    figures.count_peak = count_peak;
+    figures.requested_peak = requested_peak;
+    figures.stream_peak = stream_peak;
+  }
+  std::vector<Figures> seen(kPhases);
+  std::vector<std::int64_t> count_after_frees(kPhases, -1);
+  int phase_seen = 0;
+  bool freeing = false;
+  // Runs while every worker waits at the barrier: nothing else allocates or frees.
+  auto at_barrier = [&]() noexcept {
+    const LedgerCounters counters = ledger.counters();
+    if (freeing) {
+      count_after_frees[phase_seen++] = counters.aggregate().allocation.current;
+    } else {
+      Figures& figures = seen[phase_seen];
+      figures.count = counters.aggregate().allocation.current;
+      figures.requested = counters.aggregate().allocated_requested_bytes.current;
+      figures.count_peak = counters.aggregate().allocation.peak;
+      figures.requested_peak = counters.aggregate().allocated_requested_bytes.peak;
+      figures.stream_count.assign(kThreads, -1);
+      figures.stream_peak.assign(kThreads, -1);
+      for (const StreamUsage& entry : ledger.per_stream()) {
+        const auto at = std::find(streams.begin(), streams.end(), entry.stream);
+        if (at == streams.end()) continue;
+        figures.stream_count[at - streams.begin()] = entry.usage.allocation.current;
+        figures.stream_peak[at - streams.begin()] = entry.usage.allocation.peak;
+      }
+      expect_consistent(ledger, allocator);
+    }
+    freeing = !freeing;
+  };
+  std::barrier sync(kThreads, at_barrier);
+  std::atomic<int> failures{0};
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    for (int i = 0; !done.load(); ++i) {
+      switch (i % 4) {
+        case 0: (void)ledger.counters(); break;
+        case 1: (void)ledger.per_stream(); break;
+        case 2: (void)ledger.shard_tally(); break;
+        default: (void)ledger.trace().size(); break;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 local(seed * 131 + static_cast<std::uint64_t>(t));
+      std::vector<DevicePtr> live;
+      for (int phase = 0; phase < kPhases; ++phase) {
+        try {
+          for (std::size_t size : plan[phase][t]) live.push_back(allocator.allocate(size, streams[t]));
+        } catch (const Error&) {
+          failures++;
+        }
+        sync.arrive_and_wait();  // the phase's blocks are all live: its figures are read
+        std::shuffle(live.begin(), live.end(), local);  // frees merge in a random order
+        for (DevicePtr ptr : live) {
+          try {
+            allocator.deallocate(ptr);
+          } catch (const Error&) {
+            failures++;
+          }
+        }
+        live.clear();
+        sync.arrive_and_wait();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  done = true;
+  reader.join();
+  ASSERT_EQ(failures.load(), 0);
+  for (int phase = 0; phase < kPhases; ++phase) {
+    SCOPED_TRACE(concat("phase ", phase));
+    EXPECT_EQ(seen[phase].count, expected[phase].count);
+    EXPECT_EQ(seen[phase].requested, expected[phase].requested);
+    EXPECT_EQ(seen[phase].count_peak, expected[phase].count_peak);
+    EXPECT_EQ(seen[phase].requested_peak, expected[phase].requested_peak);
+    EXPECT_EQ(seen[phase].stream_count, expected[phase].stream_count);
+    EXPECT_EQ(seen[phase].stream_peak, expected[phase].stream_peak);
+    EXPECT_EQ(count_after_frees[phase], 0);
+  }
+  // The shards did the counting: most events on their fast path, many with split changes. (Each
+  // phase climbs from nothing, often to new peaks of a stream's or the pool's figures, which
+  // only the slow path may count: a third of the events take it here, few in a steady ring.)
+  const Ledger::ShardTally tally = ledger.shard_tally();
+  EXPECT_GT(tally.fast, tally.slow) << "fast " << tally.fast << ", slow " << tally.slow;
+  EXPECT_GT(tally.fast_with_splits, tally.fast / 4) << "of " << tally.fast;
+  std::printf("stream shards: %llu events on their fast path (%llu with split changes), %llu "
+              "through the ledger's slow path\n",
+              static_cast<unsigned long long>(tally.fast),
+              static_cast<unsigned long long>(tally.fast_with_splits),
+              static_cast<unsigned long long>(tally.slow));
   expect_consistent(ledger, allocator);
   expect_replay_agrees(ledger);
 }
