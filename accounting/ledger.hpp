@@ -162,17 +162,19 @@ class Ledger final : public AllocatorObserver {
   bool raise_fits(const AllocatorEvent& event) noexcept;
   void make_room_locked(const AllocatorEvent& event) noexcept;
   void grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept;
+  void grant_cell_credit_locked(LedgerShard& shard, std::size_t cell, std::size_t share,
+                                std::size_t kinds, std::int64_t shares) noexcept;
   void revoke_all_credit_locked() noexcept;
   void revoke_slot_locked(const Slot& slot) noexcept;
   std::int64_t fast_ceiling(std::size_t stat) const noexcept;
   std::int64_t& outstanding_of(const Slot& slot) noexcept;
   std::int64_t current_of(const Slot& slot) const noexcept;
   std::int64_t ceiling_of(const Slot& slot) const noexcept;
-  static bool cell_counts_for(const LedgerShard& shard, std::size_t pool, std::size_t share,
+  static bool cell_counts_for(const LedgerShard& shard, std::size_t cell, std::size_t share,
                               const Slot& slot) noexcept;
   template <typename Visit>
-  void for_each_slot_of_cell(std::size_t pool, std::size_t entry, std::size_t kind,
-                             Visit&& visit) noexcept;
+  void for_each_slot_of_cell(const LedgerShard& shard, std::size_t cell, std::size_t share,
+                             std::size_t kind, Visit&& visit) noexcept;
   template <typename Visit>
   void for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept;
 

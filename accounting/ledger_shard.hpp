@@ -101,7 +101,14 @@ class LedgerShard final : public ObserverShard {
 
   Ledger& ledger_;
   bool for_stream_;
-  std::array<std::array<Cell, kStreams>, 2> cells_{};  // [pool][stream share]
+  // [cell][stream share]: cells 0 and 1 are the pools'; a front shard's stands for its pool's,
+  // the aggregate's, its stream's and the untagged tag's counters. A stream shard's stands for
+  // its pool's only, and kCommon for the aggregate's, the stream's and the untagged tag's: in a
+  // ring whose stream count sits at its peak, a free in one pool then pays for an allocation in
+  // the other (the common credit), as far as that pool is below its own peak.
+  static constexpr std::size_t kCommon = 2;
+  static constexpr std::size_t kCells = 3;
+  std::array<std::array<Cell, kStreams>, kCells> cells_{};
   std::array<StreamShare, kStreams> streams_{};
   std::size_t streams_used_ = 0;
   std::size_t next_victim_ = 0;  // the stream share given up for a fifth stream (round robin)

@@ -1,0 +1,235 @@
+// The escrow's credit (ledger_shard.hpp; docs/design.md, 5.2): which counters a cell stands
+// for, what headroom they have, and how credit is granted and taken back.
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "accounting/ledger.hpp"
+#include "accounting/ledger_slots.hpp"
+
+namespace vramledger {
+
+using namespace ledger_slots;
+
+// ------------------------------------------------------------------ slots and cells
+
+std::int64_t& Ledger::outstanding_of(const Slot& slot) noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return outstanding_pool_[slot.which][slot.stat];
+    case Slot::kAggregate: return outstanding_aggregate_[slot.stat];
+    case Slot::kUntagged: return outstanding_untagged_[slot.stat];
+    case Slot::kStream: break;
+  }
+  return outstanding_stream_[slot.which][slot.stat];
+}
+
+// The ledger's own figure of the slot's counter (exact once the shards are folded), and the
+// value it may reach without the slow path.
+std::int64_t Ledger::current_of(const Slot& slot) const noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return (counters_.pools[1 + slot.which].*kFastPool[slot.stat]).current;
+    case Slot::kAggregate: return aggregate_current(kFastPool[slot.stat]);
+    case Slot::kUntagged: return (tags_[tag_slot(kUntagged)].*kFastUsage[slot.stat]).current;
+    case Slot::kStream: break;
+  }
+  return (streams_.at(slot.which).*kFastUsage[slot.stat]).current;
+}
+
+std::int64_t Ledger::ceiling_of(const Slot& slot) const noexcept {
+  switch (slot.kind) {
+    case Slot::kPool: return (counters_.pools[1 + slot.which].*kFastPool[slot.stat]).peak;
+    case Slot::kAggregate: return fast_ceiling(slot.stat);
+    case Slot::kUntagged: return (tags_[tag_slot(kUntagged)].*kFastUsage[slot.stat]).peak;
+    case Slot::kStream: break;
+  }
+  return (streams_.at(slot.which).*kFastUsage[slot.stat]).peak;
+}
+
+// The value a fast counter may reach without the slow path: its peak; for the aggregate's
+// active bytes while reserved stands at its peak, the "active at peak reserved" mark too.
+std::int64_t Ledger::fast_ceiling(std::size_t stat) const noexcept {
+  const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
+  const std::int64_t peak = (all.*kFastPool[stat]).peak;
+  if (stat == kActiveBytes &&
+      aggregate_current(&PoolCounters::reserved_bytes) == all.reserved_bytes.peak) {
+    return std::min(peak, counters_.active_bytes_at_peak_reserved);
+  }
+  return peak;
+}
+
+// Calls visit(slot, amount) for every fast counter this event moves (amount: its raise, zero or
+// less where it does not raise the counter).
+template <typename Visit>
+void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept {
+  const auto amounts = raises_of(event);
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    visit(Slot{Slot::kPool, p, j}, amounts[kPoolKind[j]]);
+    visit(Slot{Slot::kAggregate, 0, j}, amounts[kPoolKind[j]]);
+  }
+  if (!raises_counts(event)) return;  // usage counters only rise with an allocation
+  const std::size_t entry = streams_.index_of(streams_.usage_of(event.stream));
+  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    visit(Slot{Slot::kStream, entry, j}, amounts[kUsageKind[j]]);
+    if (untagged) visit(Slot{Slot::kUntagged, 0, j}, amounts[kUsageKind[j]]);
+  }
+}
+
+// Whether a cell of `shard` (cell, share) holds a share of the slot's counter.
+bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t cell, std::size_t share,
+                             const Slot& slot) noexcept {
+  const bool common = cell == LedgerShard::kCommon;
+  if (slot.kind == Slot::kPool) return slot.which == cell;  // never the common cell
+  if (shard.for_stream_ && !common) return false;           // a stream shard's pool cell
+  if (!shard.for_stream_ && common) return false;           // unused by front shards
+  if (slot.kind == Slot::kStream) return shard.streams_[share].entry == slot.which;
+  return true;
+}
+
+// Takes back every credit standing for the slot's counter (each also counted for the other
+// counters of its cell).
+void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
+  const std::size_t kind =
+      slot.kind == Slot::kPool || slot.kind == Slot::kAggregate ? kPoolKind[slot.stat]
+                                                                  : kUsageKind[slot.stat];
+  for (const auto& owned : shards_) {
+    LedgerShard& shard = *owned;
+    for (std::size_t c = 0; c < LedgerShard::kCells; ++c) {
+      for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+        ShardStat& share = shard.cells_[c][s][kind];
+        if (share.credit == 0 || !cell_counts_for(shard, c, s, slot)) continue;
+        for_each_slot_of_cell(shard, c, s, kind,
+                              [&](const Slot& other) { outstanding_of(other) -= share.credit; });
+        share.credit = 0;
+      }
+    }
+  }
+}
+
+// Whether a raise by the ledger's own event keeps every fast counter provably at or below its
+// ceiling without looking at the shards: then the counters move and no peak does.
+// current + outstanding is the true sum plus the credit held, so this bounds the sum after the
+// raise (the ledger's own figure alone may be above it: shards may hold frees).
+bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
+  // The twenty comparisons of for_each_fast_slot, spelled out: every heap allocation runs this
+  // while shards are open, and the generic slots (a switch per counter) made it a fifth of a
+  // mixed-size pair's cost (perf, simulated device).
+  // Only front shards are open here (stream shards make every event take the exact path), and
+  // they hold no split credit: the split counters' own figures are exact, and apply moves them.
+  if (event.requested > event.size) return false;  // malformed: the usual path reports it
+  const auto amounts = raises_of(event);
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  const PoolCounters& pool = counters_.pools[1 + p];
+  const PoolCounters& small = counters_.pools[stat_pool_index(PoolKind::kSmall)];
+  const PoolCounters& large = counters_.pools[stat_pool_index(PoolKind::kLarge)];
+  const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
+  const bool reserved_at_peak =
+      small.reserved_bytes.current + large.reserved_bytes.current == all.reserved_bytes.peak;
+  bool fits = true;
+  for (std::size_t j = 0; j < kFirstSplitStat; ++j) {
+    const std::int64_t amount = amounts[kPoolKind[j]];
+    const Stat& own = pool.*kFastPool[j];
+    fits &= own.current + amount + outstanding_pool_[p][j] <= own.peak;
+    std::int64_t ceiling = (all.*kFastPool[j]).peak;
+    if (j == kActiveBytes && reserved_at_peak) {
+      ceiling = std::min(ceiling, counters_.active_bytes_at_peak_reserved);
+    }
+    fits &= (small.*kFastPool[j]).current + (large.*kFastPool[j]).current + amount +
+                outstanding_aggregate_[j] <=
+            ceiling;
+  }
+  const UsageStats& stream = streams_.usage_of(event.stream);
+  const auto& stream_outstanding = outstanding_stream_[streams_.index_of(stream)];
+  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
+  const UsageStats& tag = tags_[tag_slot(kUntagged)];
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    const std::int64_t amount = amounts[kUsageKind[j]];
+    const Stat& mine = stream.*kFastUsage[j];
+    fits &= mine.current + amount + stream_outstanding[j] <= mine.peak;
+    const Stat& untagged_stat = tag.*kFastUsage[j];
+    fits &= !untagged ||
+            untagged_stat.current + amount + outstanding_untagged_[j] <= untagged_stat.peak;
+  }
+  return fits;
+}
+
+// Shards folded and held: takes back the credit of every counter this raise would otherwise let
+// the shards push past its ceiling. The usual update that follows sees the exact sums.
+void Ledger::make_room_locked(const AllocatorEvent& event) noexcept {
+  for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
+    if (amount > 0 && current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
+      revoke_slot_locked(slot);
+    }
+  });
+}
+
+void Ledger::revoke_all_credit_locked() noexcept {
+  for (const auto& shard : shards_) {
+    for (auto& pool : shard->cells_) {
+      for (auto& cell : pool) {
+        for (ShardStat& stat : cell) stat.credit = 0;
+      }
+    }
+  }
+  // Folded: deltas are zero, so nothing is outstanding any more.
+  for (auto& pool : outstanding_pool_) pool.fill(0);
+  outstanding_aggregate_.fill(0);
+  outstanding_untagged_.fill(0);
+  for (auto& entry : outstanding_stream_) entry.fill(0);
+}
+
+// Gives the event's cell of `shard` a share of the smallest headroom of the counters each of its
+// amounts stands for, so its next raises stay on its fast path while others keep some. A front
+// cache's shard gets half (the heap's own events, checked against the headroom without folding,
+// keep the rest). A stream's shard gets 1/n of it, n the stream shards open (the allocator's own
+// events fold and take credit back as needed); when what is left is below 1/n of the credit the
+// others hold, theirs is taken back first (they get their share again at their next slow path),
+// so that sixteen streams do not halve the headroom down to nothing for the last ones.
+void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
+  const std::size_t s = shard.share_of(event.stream);
+  if (s == LedgerShard::kStreams || event.tag != kUntagged) return;
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  // Split credit only for a stream's shard: a front cache's events carry no split changes, and
+  // credit it held would only make the heap's own events take the exact path.
+  const std::size_t kinds = shard.for_stream_ ? kAmountKinds : kSplitCount;
+  const std::int64_t shares =
+      shard.for_stream_ ? std::max<std::int64_t>(1, static_cast<std::int64_t>(stream_shard_count_))
+                        : 2;
+  // A front shard's cell of the pool; a stream shard's cell of the pool and its common cell.
+  const std::array<std::size_t, 2> cells = {p, LedgerShard::kCommon};
+  for (std::size_t i = 0; i < (shard.for_stream_ ? 2 : 1); ++i) {
+    const std::size_t c = cells[i];
+    grant_cell_credit_locked(shard, c, s, kinds, shares);
+  }
+}
+
+void Ledger::grant_cell_credit_locked(LedgerShard& shard, std::size_t c, std::size_t s,
+                                      std::size_t kinds, std::int64_t shares) noexcept {
+  for (std::size_t k = 0; k < kinds; ++k) {
+    const auto headroom_of_cell = [&] {
+      std::int64_t headroom = INT64_MAX;
+      std::int64_t held = 0;
+      std::int64_t grant = INT64_MAX;  // the smallest share over the slots
+      for_each_slot_of_cell(shard, c, s, k, [&](const Slot& slot) {
+        const std::int64_t room = ceiling_of(slot) - current_of(slot) - outstanding_of(slot);
+        headroom = std::min(headroom, room);
+        // A stream's own usage counter has one stream shard: it may have all of the room.
+        const bool own = shard.for_stream_ && slot.kind == Slot::kStream;
+        grant = std::min(grant, own ? room : (room + shares - 1) / shares);
+        if (!own) held = std::max(held, outstanding_of(slot));
+      });
+      return std::tuple{headroom, held, grant};
+    };
+    auto [headroom, held, grant] = headroom_of_cell();
+    if (shard.for_stream_ && shares > 1 && headroom < held / shares) {
+      for_each_slot_of_cell(shard, c, s, k, [&](const Slot& slot) { revoke_slot_locked(slot); });
+      std::tie(headroom, held, grant) = headroom_of_cell();
+    }
+    if (headroom <= 0) continue;
+    shard.cells_[c][s][k].credit += grant;
+    for_each_slot_of_cell(shard, c, s, k, [&](const Slot& slot) { outstanding_of(slot) += grant; });
+  }
+}
+
+}  // namespace vramledger
