@@ -63,6 +63,10 @@ class GatedLedger final : public AllocatorObserver {
   bool accept_concurrent_events() noexcept override { return true; }
   bool has_shards() const noexcept override { return ledger_.has_shards(); }
   ObserverShard* open_shard() override { return ledger_.open_shard(); }
+  // The streams' shards too (docs/design.md 5.2): their fast path bypasses the gate as a front
+  // cache's does; their slow path takes the ledger's lock (stream lock -> ledger lock -> shard
+  // mutexes), never the gate.
+  ObserverShard* open_stream_shard() override { return ledger_.open_stream_shard(); }
   void close_shard(ObserverShard* shard) noexcept override { ledger_.close_shard(shard); }
   std::string describe() const override;
   // "consistent", or what differs between the ledger and the allocator's census.
