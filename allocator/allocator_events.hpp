@@ -70,11 +70,13 @@ struct AllocatorEvent {
   std::int64_t inactive_split_bytes_delta = 0;
 };
 
-// The part of an observer that one thread's front cache reports to without the allocator's lock
-// (docs/design.md, 5). The front cache holds mutex() around its own state and every call of
-// try_apply; the observer takes the mutexes of all its shards, in its own order, when it needs
-// one exact view (reads, peaks it cannot prove unchanged). Lock order: allocator lock -> the
-// observer's own lock -> shard mutexes; a shard's mutex is never held while taking another lock.
+// The part of an observer that one thread's front cache, or one stream's fast path, reports to
+// without the allocator's lock (docs/design.md, 5). The front cache holds mutex() around its own
+// state and every call of try_apply (the stream's fast path holds its stream's lock, then
+// mutex() around try_apply); the observer takes the mutexes of all its shards, in its own order,
+// when it needs one exact view (reads, peaks it cannot prove unchanged). Lock order: allocator
+// lock (a stream's lock is part of it) -> the observer's own lock -> shard mutexes; a shard's
+// mutex is never held while taking another lock.
 class ObserverShard {
  public:
   ObserverShard() = default;
