@@ -164,6 +164,9 @@ class Ledger final : public AllocatorObserver {
   void grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept;
   void grant_cell_credit_locked(LedgerShard& shard, std::size_t cell, std::size_t share,
                                 std::size_t kinds, std::int64_t shares) noexcept;
+  void trim_to_fair_share_locked(const LedgerShard& requester, std::size_t cell,
+                                 std::size_t share, std::size_t kind,
+                                 std::int64_t shares) noexcept;
   void revoke_all_credit_locked() noexcept;
   void revoke_slot_locked(const Slot& slot) noexcept;
   std::int64_t fast_ceiling(std::size_t stat) const noexcept;
