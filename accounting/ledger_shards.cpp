@@ -295,6 +295,24 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
   }
   lock_shards();
   fold_locked();
+  if (stream_shards_ && !reserved_peak &&
+      (event.kind == EventKind::kAlloc || event.kind == EventKind::kFree)) {
+    // The allocator's own allocation or free on a published stream (growth, pages to map, a
+    // free the fast path declined): within that stream shard's credit it is counted as its
+    // fast path would count it, and folded at once, rather than taking the room from the
+    // shards' credit (make_room_locked), which sent the other streams' next events to the slow
+    // path in turn.
+    for (const auto& owned : shards_) {
+      LedgerShard& shard = *owned;
+      if (!shard.for_stream_ || shard.share_of(event.stream) == LedgerShard::kStreams) continue;
+      if (shard.try_apply(event)) {
+        fold_shard_locked(shard);
+        unlock_shards();
+        return;
+      }
+      break;
+    }
+  }
   make_room_locked(event);
   // Credit for the aggregate's active bytes was granted against a ceiling that may drop now.
   if (reserved_peak) revoke_slot_locked(Slot{Slot::kAggregate, 0, kActiveBytes});
