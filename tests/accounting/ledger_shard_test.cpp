@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "accounting/ledger.hpp"
+#include "accounting/trace_record.hpp"
 #include "tests/accounting/event_builders.hpp"
 
 namespace vramledger {
@@ -199,17 +200,7 @@ TEST(LedgerShard, OwnEventsFollowTheStreamShardsRecords) {
   LedgerOptions options = quiet();
   options.trace_capacity = 0;
   Ledger replay(options);
-  for (const TraceRecord& record : ledger.trace()) {
-    AllocatorEvent event{record.kind};
-    event.pool = record.pool;
-    event.stream = record.stream;
-    event.address = record.address;
-    event.size = record.size;
-    event.requested = record.requested;
-    event.inactive_split_delta = record.inactive_split_delta;
-    event.inactive_split_bytes_delta = record.inactive_split_bytes_delta;
-    replay.on_event(event);
-  }
+  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
   EXPECT_FALSE(replay.inconsistent());
   EXPECT_FALSE(ledger.inconsistent());
   EXPECT_EQ(replay.counters(), ledger.counters());

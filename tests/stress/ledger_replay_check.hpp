@@ -9,6 +9,7 @@
 
 #include "accounting/consistency.hpp"
 #include "accounting/ledger.hpp"
+#include "accounting/trace_record.hpp"
 #include "allocator/caching_allocator.hpp"
 
 namespace vramledger::stress {
@@ -30,18 +31,7 @@ inline void expect_replay_agrees(const Ledger& ledger) {
   options.trace_capacity = 0;
   options.abort_on_inconsistency = false;
   Ledger replay(options);
-  for (const TraceRecord& record : trace) {
-    AllocatorEvent event{record.kind};
-    event.pool = record.pool;
-    event.tag = record.tag;
-    event.stream = record.stream;
-    event.address = record.address;
-    event.size = record.size;
-    event.requested = record.requested;
-    event.inactive_split_delta = record.inactive_split_delta;
-    event.inactive_split_bytes_delta = record.inactive_split_bytes_delta;
-    replay.on_event(event);
-  }
+  for (const TraceRecord& record : trace) replay.on_event(to_event(record));
   ASSERT_FALSE(replay.inconsistent()) << replay.first_inconsistency()->to_string();
   const LedgerCounters live = ledger.counters();
   const LedgerCounters replayed = replay.counters();
