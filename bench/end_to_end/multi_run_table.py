@@ -28,9 +28,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import e2e_common as common
-
-REFERENCE = "native"
-NATIVE_AGAIN = "native-again"   # compare_allocators' A/A control
+from e2e_allocators import NATIVE_AGAIN, REFERENCE   # the reference and its A/A control
 
 
 def load_runs(paths: Sequence[Path]) -> List[Dict[str, Dict[str, Any]]]:
