@@ -1,0 +1,200 @@
+// Does a VMM driver call wait for work queued on the GPU?
+//
+// Issue 14: ViT's peak steps are GPU-bound and slower under the paged heap, which moves ~250
+// 4 MiB chunks in each of them (unmap at the old address, map at the new one). ~50 µs of CPU per
+// move cannot explain it while the CPU runs ahead; a call that waits for the GPU can. This probe
+// keeps a stream busy with a spin kernel and times each VMM call made meanwhile on memory the
+// kernel never touches. A call that takes about as long as the spin waited for it.
+//
+// It also checks that one physical allocation can be mapped at two addresses at once (what a
+// "map at the new address first, unmap the old one later" move needs), and whether a kernel
+// launched right after an unmap starts late.
+//
+// Build: nvcc -O2 -std=c++17 -o vmm_sync_probe vmm_sync_probe.cu -lcuda
+// Prints one line per call: the call, µs idle, µs while the GPU spins, and "WAITS" when the busy
+// figure is over half the spin.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+namespace {
+
+constexpr std::uint64_t kSpinNs = 50'000'000;  // 50 ms
+
+__global__ void spin_kernel(std::uint64_t nanoseconds) {
+  std::uint64_t start = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  std::uint64_t now = start;
+  while (now - start < nanoseconds) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+}
+
+__global__ void touch_kernel(unsigned char* data, std::size_t bytes) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += gridDim.x * blockDim.x) data[i] += 1;
+}
+
+void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) {
+    const char* text = nullptr;
+    cuGetErrorString(result, &text);
+    std::fprintf(stderr, "%s failed: %s\n", what, text ? text : "?");
+    std::exit(1);
+  }
+}
+
+void check(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) {
+    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(result));
+    std::exit(1);
+  }
+}
+
+double micros(const std::function<void()>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Vmm {
+  int device = 0;
+  CUmemAllocationProp prop{};
+  CUmemAccessDesc access{};
+  std::size_t page = 0;
+
+  Vmm() {
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(cuMemGetAllocationGranularity(&page, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity");
+    page = page < (4u << 20) ? (4u << 20) : page;
+  }
+  CUmemGenericAllocationHandle create() {
+    CUmemGenericAllocationHandle handle = 0;
+    check(cuMemCreate(&handle, page, &prop, 0), "cuMemCreate");
+    return handle;
+  }
+  CUdeviceptr reserve(std::size_t pages) {
+    CUdeviceptr va = 0;
+    check(cuMemAddressReserve(&va, pages * page, page, 0, 0), "cuMemAddressReserve");
+    return va;
+  }
+  void map(CUdeviceptr va, CUmemGenericAllocationHandle handle) {
+    check(cuMemMap(va, page, 0, handle, 0), "cuMemMap");
+  }
+  void set_access(CUdeviceptr va) { check(cuMemSetAccess(va, page, &access, 1), "cuMemSetAccess"); }
+  void unmap(CUdeviceptr va) { check(cuMemUnmap(va, page), "cuMemUnmap"); }
+};
+
+}  // namespace
+
+int main() {
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaFree(nullptr), "context");
+  Vmm vmm;
+  cudaStream_t busy = nullptr;
+  cudaStream_t other = nullptr;
+  check(cudaStreamCreateWithFlags(&busy, cudaStreamNonBlocking), "stream");
+  check(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "stream");
+  std::printf("page %zu bytes, spin %.0f ms\n", vmm.page, kSpinNs / 1e6);
+
+  constexpr int kPages = 16;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  for (int i = 0; i < kPages; ++i) handles.push_back(vmm.create());
+  const CUdeviceptr a = vmm.reserve(kPages);
+  const CUdeviceptr b = vmm.reserve(kPages);
+  for (int i = 0; i < kPages; ++i) {
+    vmm.map(a + i * vmm.page, handles[i]);
+    vmm.set_access(a + i * vmm.page);
+  }
+  // Used once by a kernel that finished long before the calls below.
+  touch_kernel<<<64, 256, 0, other>>>(reinterpret_cast<unsigned char*>(a), kPages * vmm.page);
+  check(cudaStreamSynchronize(other), "sync");
+
+  int next_page = 0;
+  struct Row {
+    const char* name;
+    std::function<void()> call;
+  };
+  // Each row runs twice: once with the GPU idle, once right after a 50 ms spin was queued on a
+  // non-blocking stream that none of these addresses belong to.
+  auto run_row = [&](const char* name, const std::function<void(bool)>& call) {
+    const double idle = micros([&] { call(false); });
+    spin_kernel<<<1, 1, 0, busy>>>(kSpinNs);
+    check(cudaGetLastError(), "spin launch");
+    const double while_busy = micros([&] { call(true); });
+    const double rest = micros([&] { check(cudaStreamSynchronize(busy), "sync"); });
+    std::printf("%-52s idle %9.1f us  busy %9.1f us  then sync %8.1f us  %s\n", name, idle, while_busy, rest,
+                while_busy > kSpinNs / 2e3 ? "WAITS" : "");
+  };
+
+  run_row("cuMemCreate (4 MiB)", [&](bool) { handles.push_back(vmm.create()); });
+  run_row("cuMemMap (fresh handle, new address)", [&](bool busy_now) {
+    const int i = next_page++;
+    vmm.map(b + i * vmm.page, handles[kPages + (busy_now ? 1 : 0)]);
+  });
+  run_row("cuMemSetAccess (that page)", [&](bool busy_now) {
+    vmm.set_access(b + (next_page - 1 - (busy_now ? 0 : 1)) * vmm.page);
+  });
+  run_row("cuMemUnmap (page a kernel used long ago)", [&](bool busy_now) {
+    vmm.unmap(a + (busy_now ? 1 : 0) * vmm.page);
+  });
+  run_row("cuMemMap (same handle at a second address)", [&](bool busy_now) {
+    // handles[2] and [3] stay mapped in a; map them again in b.
+    const int i = next_page++;
+    vmm.map(b + i * vmm.page, handles[busy_now ? 3 : 2]);
+    vmm.set_access(b + i * vmm.page);
+  });
+  run_row("cuMemUnmap (old address of a dual-mapped handle)", [&](bool busy_now) {
+    vmm.unmap(a + (busy_now ? 3 : 2) * vmm.page);
+  });
+  run_row("cuMemRelease (handle unmapped everywhere)", [&](bool busy_now) {
+    check(cuMemRelease(handles[busy_now ? 1 : 0]), "cuMemRelease");
+  });
+  run_row("cuMemAddressReserve + Free (64 MiB)", [&](bool) {
+    CUdeviceptr va = vmm.reserve(16);
+    check(cuMemAddressFree(va, 16 * vmm.page), "cuMemAddressFree");
+  });
+  run_row("cudaEventRecord + cudaEventQuery", [&](bool) {
+    cudaEvent_t event = nullptr;
+    check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event");
+    check(cudaEventRecord(event, other), "record");
+    (void)cudaEventQuery(event);
+    check(cudaEventDestroy(event), "destroy");
+  });
+  run_row("4 x (cuMemUnmap + cuMemMap + cuMemSetAccess): a move", [&](bool busy_now) {
+    const int base = busy_now ? 8 : 4;
+    for (int k = 0; k < 4; ++k) {
+      vmm.unmap(a + (base + k) * vmm.page);
+      const int i = next_page++;
+      vmm.map(b + i * vmm.page, handles[base + k]);
+      vmm.set_access(b + i * vmm.page);
+    }
+  });
+
+  // Does a kernel launched right after an unmap start late? Spin on one stream, unmap, then
+  // launch a short kernel on another stream and time until it completes.
+  spin_kernel<<<1, 1, 0, busy>>>(kSpinNs);
+  vmm.unmap(a + 12 * vmm.page);
+  const double after_unmap = micros([&] {
+    spin_kernel<<<1, 1, 0, other>>>(1000);
+    check(cudaStreamSynchronize(other), "sync");
+  });
+  check(cudaStreamSynchronize(busy), "sync");
+  spin_kernel<<<1, 1, 0, busy>>>(kSpinNs);
+  const double baseline = micros([&] {
+    spin_kernel<<<1, 1, 0, other>>>(1000);
+    check(cudaStreamSynchronize(other), "sync");
+  });
+  check(cudaStreamSynchronize(busy), "sync");
+  std::printf("short kernel on another stream while the spin runs: %.1f us after an unmap, %.1f us without\n",
+              after_unmap, baseline);
+  std::printf("done\n");
+  return 0;
+}
