@@ -164,9 +164,15 @@ class Ledger final : public AllocatorObserver {
   void grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept;
   void grant_cell_credit_locked(LedgerShard& shard, std::size_t cell, std::size_t share,
                                 std::size_t kinds, std::int64_t shares) noexcept;
-  void trim_to_fair_share_locked(const LedgerShard& requester, std::size_t cell,
-                                 std::size_t share, std::size_t kind,
-                                 std::int64_t shares) noexcept;
+  // Spare credit (ledger_shard_credit.cpp): stream shards' pool and common credit that no
+  // shard holds, taken without the ledger's mutex.
+  bool take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
+                         std::int64_t& credit) noexcept;
+  void return_spare_credit_locked(LedgerShard& shard) noexcept;
+  void gather_spare_credit_locked() noexcept;
+  void revoke_spare_credit_locked() noexcept;
+  template <typename Visit>
+  void for_each_slot_of_spare(std::size_t cell, std::size_t kind, Visit&& visit) noexcept;
   void revoke_all_credit_locked() noexcept;
   void revoke_slot_locked(const Slot& slot) noexcept;
   std::int64_t fast_ceiling(std::size_t stat) const noexcept;
@@ -240,6 +246,14 @@ class Ledger final : public AllocatorObserver {
   std::array<std::int64_t, kFastUsageStats> outstanding_untagged_{};
   std::array<std::array<std::int64_t, kFastUsageStats>, StreamUsageTable::kCapacity + 1>
       outstanding_stream_{};
+  // Per stream shards' cell (the two pools', the common) and kind of amount: credit counted in
+  // `outstanding` that no shard holds. A stream shard takes from it on its fast path, under its
+  // own mutex (an atomic exchange: no other lock); it is given back at a shard's fold and swept
+  // together at the slow path, both under the ledger's mutex (docs/design.md 5.2).
+  struct alignas(64) SpareCell {
+    std::array<std::atomic<std::int64_t>, kAmountKinds> credit{};
+  };
+  std::array<SpareCell, LedgerShard::kSpareCells> spare_credit_{};
 };
 
 }  // namespace vramledger

@@ -103,11 +103,17 @@ class LedgerShard final : public ObserverShard {
   bool for_stream_;
   // [cell][stream share]: cells 0 and 1 are the pools'; a front shard's stands for its pool's,
   // the aggregate's, its stream's and the untagged tag's counters. A stream shard's stands for
-  // its pool's only, and kCommon for the aggregate's, the stream's and the untagged tag's: in a
-  // ring whose stream count sits at its peak, a free in one pool then pays for an allocation in
-  // the other (the common credit), as far as that pool is below its own peak.
+  // its pool's only, kCommon for the aggregate's and the untagged tag's, and kOwnStream for its
+  // stream's (counts, bytes and requests: a stream's usage has no split figures): in a ring
+  // whose stream count sits at its peak, a free in one pool then pays for an allocation in the
+  // other (the common credit), as far as that pool is below its own peak. A stream shard's pool
+  // and common credit stand for counters every stream moves, so it may come from and go back to
+  // the ledger's spare credit (Ledger::take_spare_credit) without the slow path; its own
+  // stream's counters have no other shard, so their credit is all the room below their peaks.
   static constexpr std::size_t kCommon = 2;
-  static constexpr std::size_t kCells = 3;
+  static constexpr std::size_t kOwnStream = 3;
+  static constexpr std::size_t kCells = 4;
+  static constexpr std::size_t kSpareCells = 3;  // the cells the spare credit stands for
   std::array<std::array<Cell, kStreams>, kCells> cells_{};
   std::array<StreamShare, kStreams> streams_{};
   std::size_t streams_used_ = 0;

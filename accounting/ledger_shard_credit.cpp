@@ -79,12 +79,13 @@ void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noex
 // Whether a cell of `shard` (cell, share) holds a share of the slot's counter.
 bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t cell, std::size_t share,
                              const Slot& slot) noexcept {
-  const bool common = cell == LedgerShard::kCommon;
-  if (slot.kind == Slot::kPool) return slot.which == cell;  // never the common cell
-  if (shard.for_stream_ && !common) return false;           // a stream shard's pool cell
-  if (!shard.for_stream_ && common) return false;           // unused by front shards
-  if (slot.kind == Slot::kStream) return shard.streams_[share].entry == slot.which;
-  return true;
+  if (slot.kind == Slot::kPool) return slot.which == cell;  // a pool's cell only
+  if (!shard.for_stream_) return cell < LedgerShard::kCommon && (slot.kind != Slot::kStream ||
+                                                                 shard.streams_[share].entry == slot.which);
+  if (slot.kind == Slot::kStream) {
+    return cell == LedgerShard::kOwnStream && shard.streams_[share].entry == slot.which;
+  }
+  return cell == LedgerShard::kCommon;  // the aggregate's and the untagged tag's
 }
 
 // Takes back every credit standing for the slot's counter (each also counted for the other
@@ -104,6 +105,16 @@ void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
         share.credit = 0;
       }
     }
+  }
+  // The spare credit of the cells that stand for it.
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    bool counts = false;
+    for_each_slot_of_spare(c, kind, [&](const Slot& other) {
+      counts |= other.kind == slot.kind && other.which == slot.which && other.stat == slot.stat;
+    });
+    if (!counts) continue;
+    const std::int64_t spare = spare_credit_[c].credit[kind].exchange(0, std::memory_order_relaxed);
+    for_each_slot_of_spare(c, kind, [&](const Slot& other) { outstanding_of(other) -= spare; });
   }
 }
 
@@ -172,6 +183,9 @@ void Ledger::revoke_all_credit_locked() noexcept {
       }
     }
   }
+  for (SpareCell& cell : spare_credit_) {
+    for (auto& credit : cell.credit) credit.store(0, std::memory_order_relaxed);
+  }
   // Folded: deltas are zero, so nothing is outstanding any more.
   for (auto& pool : outstanding_pool_) pool.fill(0);
   outstanding_aggregate_.fill(0);
@@ -182,72 +196,113 @@ void Ledger::revoke_all_credit_locked() noexcept {
 // Gives the event's cell of `shard` a share of the smallest headroom of the counters each of its
 // amounts stands for, so its next raises stay on its fast path while others keep some. A front
 // cache's shard gets half (the heap's own events, checked against the headroom without folding,
-// keep the rest). A stream's shard gets 1/n of it, n the stream shards open (the allocator's own
-// events fold and take credit back as needed); when what is left is below 1/n of the credit the
-// others hold, theirs is taken back first (they get their share again at their next slow path),
-// so that sixteen streams do not halve the headroom down to nothing for the last ones.
+// keep the rest). A stream's shard gets all the room of its own stream's counters (no other
+// shard counts them), and the room of its pool's, the aggregate's and the untagged tag's goes to
+// the spare credit, which every stream shard draws from as it needs (fair shares of it, fixed at
+// each slow path, ran out at four threads and more: a fifth of the mixed ring's events took the
+// slow path on the H200 host, bench/results/gpu/2026-12-02-h200-session-10.md).
 void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
   const std::size_t s = shard.share_of(event.stream);
   if (s == LedgerShard::kStreams || event.tag != kUntagged) return;
   const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
-  // Split credit only for a stream's shard: a front cache's events carry no split changes, and
-  // credit it held would only make the heap's own events take the exact path.
-  const std::size_t kinds = shard.for_stream_ ? kAmountKinds : kSplitCount;
-  const std::int64_t shares =
-      shard.for_stream_ ? std::max<std::int64_t>(1, static_cast<std::int64_t>(stream_shard_count_))
-                        : 2;
-  // A front shard's cell of the pool; a stream shard's cell of the pool and its common cell.
-  const std::array<std::size_t, 2> cells = {p, LedgerShard::kCommon};
-  for (std::size_t i = 0; i < (shard.for_stream_ ? 2 : 1); ++i) {
-    const std::size_t c = cells[i];
-    grant_cell_credit_locked(shard, c, s, kinds, shares);
+  if (!shard.for_stream_) {
+    // Split credit only for a stream's shard: a front cache's events carry no split changes, and
+    // credit it held would only make the heap's own events take the exact path.
+    grant_cell_credit_locked(shard, p, s, kSplitCount, 2);
+    return;
+  }
+  grant_cell_credit_locked(shard, LedgerShard::kOwnStream, s, kSplitCount, 1);
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    for (std::size_t k = 0; k < kAmountKinds; ++k) {
+      std::int64_t room = INT64_MAX;
+      for_each_slot_of_spare(c, k, [&](const Slot& slot) {
+        room = std::min(room, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
+      });
+      if (room <= 0 || room == INT64_MAX) continue;
+      spare_credit_[c].credit[k].fetch_add(room, std::memory_order_relaxed);
+      for_each_slot_of_spare(c, k, [&](const Slot& slot) { outstanding_of(slot) += room; });
+    }
   }
 }
 
 void Ledger::grant_cell_credit_locked(LedgerShard& shard, std::size_t c, std::size_t s,
                                       std::size_t kinds, std::int64_t shares) noexcept {
   for (std::size_t k = 0; k < kinds; ++k) {
-    if (shard.for_stream_ && shares > 1) trim_to_fair_share_locked(shard, c, s, k, shares);
     std::int64_t headroom = INT64_MAX;
-    std::int64_t grant = INT64_MAX;  // the smallest share over the slots
     for_each_slot_of_cell(shard, c, s, k, [&](const Slot& slot) {
-      const std::int64_t room = ceiling_of(slot) - current_of(slot) - outstanding_of(slot);
-      headroom = std::min(headroom, room);
-      // A stream's own usage counter has one stream shard: it may have all of the room.
-      const bool own = shard.for_stream_ && slot.kind == Slot::kStream;
-      grant = std::min(grant, own ? room : (room + shares - 1) / shares);
+      headroom = std::min(headroom, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
     });
-    if (headroom <= 0) continue;
+    if (headroom <= 0 || headroom == INT64_MAX) continue;
+    const std::int64_t grant = (headroom + shares - 1) / shares;
     shard.cells_[c][s][k].credit += grant;
     for_each_slot_of_cell(shard, c, s, k, [&](const Slot& slot) { outstanding_of(slot) += grant; });
   }
 }
 
-// Stream shards, at one's slow path (every shard held and folded): no other stream shard's cell
-// of the same place (its pool cell, or its common cell) keeps more than a fair share, 1/n of the
-// room its counters have below their ceilings. A shard's frees add to its credit, so in a ring
-// whose frees and allocations fall in different pools one cell gathers the credit another then
-// lacks (measured: a quarter of the two-thread ring's shard events took the slow path, nearly
-// all with room below every peak). Taking credit back only lowers `outstanding`: always safe.
-void Ledger::trim_to_fair_share_locked(const LedgerShard& requester, std::size_t c, std::size_t s,
-                                       std::size_t k, std::int64_t shares) noexcept {
-  std::int64_t total = INT64_MAX;  // the room below the ceilings, credit included
-  for_each_slot_of_cell(requester, c, s, k, [&](const Slot& slot) {
-    if (slot.kind == Slot::kStream) return;  // the requester's own: nobody else's credit
-    total = std::min(total, ceiling_of(slot) - current_of(slot));
-  });
-  if (total == INT64_MAX) return;
-  const std::int64_t fair = std::max<std::int64_t>(total / shares, 0);
+// ------------------------------------------------------------------ spare credit
+
+// On a stream shard's fast path, under its mutex only: at least `need` of the spare credit of
+// (cell, kind) into `credit`, with an eighth of what is left beyond it (so the next raises need
+// not come back), or false and nothing taken. The credit only changes hands: `outstanding`
+// counts it either way. Spare credit came from shards folded before they gave it (or from the
+// slow path, after folding all), so the trace holds every free that made it before any raise it
+// pays for (docs/design.md 5.2: the trace replays to the same peaks).
+bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
+                               std::int64_t& credit) noexcept {
+  std::atomic<std::int64_t>& spare = spare_credit_[cell].credit[kind];
+  need -= credit;
+  std::int64_t available = spare.load(std::memory_order_relaxed);
+  std::int64_t take = 0;
+  do {
+    if (available < need) return false;
+    take = need + (available - need) / 8;
+  } while (!spare.compare_exchange_weak(available, available - take, std::memory_order_relaxed));
+  credit += take;
+  return true;
+}
+
+// Under the ledger's mutex and `shard`'s, just folded: half its pool and common credit goes to
+// the spare, where a stream that needs it finds it (a shard's frees add to its own credit, which
+// would otherwise stay there while other streams' raises go to the slow path).
+void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+      for (std::size_t k = 0; k < kAmountKinds; ++k) {
+        ShardStat& share = shard.cells_[c][s][k];
+        const std::int64_t given = share.credit / 2;
+        if (given <= 0) continue;
+        share.credit -= given;
+        spare_credit_[c].credit[k].fetch_add(given, std::memory_order_relaxed);
+      }
+    }
+  }
+}
+
+// Every shard held: the spare credit taken back (the last stream shard closed).
+void Ledger::revoke_spare_credit_locked() noexcept {
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    for (std::size_t k = 0; k < kAmountKinds; ++k) {
+      const std::int64_t spare = spare_credit_[c].credit[k].exchange(0, std::memory_order_relaxed);
+      for_each_slot_of_spare(c, k, [&](const Slot& slot) { outstanding_of(slot) -= spare; });
+    }
+  }
+}
+
+// At the slow path, every shard held and folded: every stream shard's pool and common credit
+// goes to the spare (each then takes what it needs), so no stream keeps room another lacks.
+void Ledger::gather_spare_credit_locked() noexcept {
   for (const auto& owned : shards_) {
-    LedgerShard& other = *owned;
-    if (&other == &requester || !other.for_stream_) continue;
-    for (std::size_t share = 0; share < other.streams_used_; ++share) {
-      ShardStat& cell = other.cells_[c][share][k];
-      if (cell.credit <= fair) continue;
-      const std::int64_t excess = cell.credit - fair;
-      cell.credit = fair;
-      for_each_slot_of_cell(other, c, share, k,
-                            [&](const Slot& slot) { outstanding_of(slot) -= excess; });
+    LedgerShard& shard = *owned;
+    if (!shard.for_stream_) continue;
+    for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+      for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+        for (std::size_t k = 0; k < kAmountKinds; ++k) {
+          ShardStat& share = shard.cells_[c][s][k];
+          if (share.credit == 0) continue;
+          spare_credit_[c].credit[k].fetch_add(share.credit, std::memory_order_relaxed);
+          share.credit = 0;
+        }
+      }
     }
   }
 }

@@ -43,13 +43,24 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
     const std::array<std::int64_t, kAmountKinds> amounts = {sign, sign * size, sign * requested,
                                                             split_count, split_bytes};
     Cell& common = cells_[kCommon][share];
+    Cell& own = cells_[kOwnStream][share];
     for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      if (amounts[k] > 0 && (cell[k].credit < amounts[k] || common[k].credit < amounts[k])) {
-        return false;  // nothing changed
+      if (amounts[k] <= 0) continue;
+      if (k < kSplitCount && own[k].credit < amounts[k]) return false;  // nothing changed
+      // Short of shared credit: the ledger's spare, if it has enough (moved, not counted: the
+      // event may still go to the slow path, and the credit is as good there).
+      if (cell[k].credit < amounts[k] &&
+          !ledger_.take_spare_credit(pool & 1, k, amounts[k], cell[k].credit)) {
+        return false;
+      }
+      if (common[k].credit < amounts[k] &&
+          !ledger_.take_spare_credit(kCommon, k, amounts[k], common[k].credit)) {
+        return false;
       }
     }
-    for (Cell* moved : {&cell, &common}) {
-      for (std::size_t k = 0; k < kAmountKinds; ++k) {
+    for (Cell* moved : {&cell, &common, &own}) {
+      const std::size_t kinds = moved == &own ? kSplitCount : kAmountKinds;
+      for (std::size_t k = 0; k < kinds; ++k) {
         (*moved)[k].credit -= amounts[k];
         (*moved)[k].delta += amounts[k];
         (*moved)[k].increases += std::max<std::int64_t>(amounts[k], 0);
@@ -140,6 +151,7 @@ void Ledger::close_shard(ObserverShard* closing) noexcept {
         }
       }
     }
+    if (shard.for_stream_ && stream_shard_count_ == 0) revoke_spare_credit_locked();
     unlock_shards();
     shards_.erase(it);
     return;
@@ -226,11 +238,13 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
     // shard (no credit changes), and the event then fits the shard's own credit.
     std::lock_guard shard_lock(shard.mutex());
     fold_shard_locked(shard);
+    if (shard.for_stream_) return_spare_credit_locked(shard);
     if (shard.try_apply(event)) return;
   }
   ++shard_tally_.slow;
   lock_shards();
   fold_locked();
+  if (stream_shards_) gather_spare_credit_locked();
   const bool fast_kind = event.kind == EventKind::kAlloc || event.kind == EventKind::kFree;
   if (fast_kind && event.tag == kUntagged && shard.share_of(event.stream) == LedgerShard::kStreams) {
     UsageStats& usage = streams_.usage_of(event.stream);

@@ -53,24 +53,40 @@ inline std::array<std::int64_t, kAmountKinds> raises_of(const AllocatorEvent& ev
 
 // Calls visit(slot) for every counter the amount of `kind` of the shard's cell (cell, share)
 // stands for: a front shard's cell (one per pool) for its pool's, the aggregate's, its stream's
-// and the untagged tag's; a stream shard's pool cell for its pool's only, and its common cell
-// (LedgerShard::kCommon) for the rest.
+// and the untagged tag's; a stream shard's pool cell for its pool's only, its common cell
+// (LedgerShard::kCommon) for the aggregate's and the untagged tag's, and its own stream's cell
+// (LedgerShard::kOwnStream) for its stream's.
 template <typename Visit>
 void Ledger::for_each_slot_of_cell(const LedgerShard& shard, std::size_t cell, std::size_t share,
                                    std::size_t kind, Visit&& visit) noexcept {
-  if (!shard.for_stream_ && cell == LedgerShard::kCommon) return;  // unused by front shards
-  const bool pool_part = !shard.for_stream_ || cell != LedgerShard::kCommon;
+  if (!shard.for_stream_ && cell >= LedgerShard::kCommon) return;  // unused by front shards
+  const bool pool_part = !shard.for_stream_ || cell < LedgerShard::kCommon;
   const bool common_part = !shard.for_stream_ || cell == LedgerShard::kCommon;
+  const bool stream_part = !shard.for_stream_ || cell == LedgerShard::kOwnStream;
   for (std::size_t j = 0; j < kFastPoolStats; ++j) {
     if (ledger_slots::kPoolKind[j] != kind) continue;
     if (pool_part) visit(Slot{Slot::kPool, cell, j});
     if (common_part) visit(Slot{Slot::kAggregate, 0, j});
   }
-  if (!common_part) return;
   for (std::size_t j = 0; j < kFastUsageStats; ++j) {
     if (ledger_slots::kUsageKind[j] != kind) continue;
-    visit(Slot{Slot::kStream, shard.streams_[share].entry, j});
-    visit(Slot{Slot::kUntagged, 0, j});
+    if (stream_part) visit(Slot{Slot::kStream, shard.streams_[share].entry, j});
+    if (common_part) visit(Slot{Slot::kUntagged, 0, j});
+  }
+}
+
+// Calls visit(slot) for every counter the spare credit of a stream shard's cell `cell` (a pool's
+// or the common one) of `kind` stands for: as that cell of any stream shard does.
+template <typename Visit>
+void Ledger::for_each_slot_of_spare(std::size_t cell, std::size_t kind, Visit&& visit) noexcept {
+  const bool common = cell == LedgerShard::kCommon;
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    if (ledger_slots::kPoolKind[j] != kind) continue;
+    visit(common ? Slot{Slot::kAggregate, 0, j} : Slot{Slot::kPool, cell, j});
+  }
+  if (!common) return;
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    if (ledger_slots::kUsageKind[j] == kind) visit(Slot{Slot::kUntagged, 0, j});
   }
 }
 

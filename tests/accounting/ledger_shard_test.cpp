@@ -209,6 +209,46 @@ TEST(LedgerShard, OwnEventsFollowTheStreamShardsRecords) {
   ledger.close_shard(shard);
 }
 
+// Credit one stream's frees made, swept into the spare at another stream's slow path, pays the
+// first stream's later raises below the peaks without the slow path; the peaks stay exact. (With
+// fair shares fixed at each slow path, the second raise below took the slow path.)
+TEST(LedgerShard, SpareCreditPaysRaisesBelowThePeakOnAnyStream) {
+  Ledger ledger(quiet());
+  ObserverShard* one = ledger.open_stream_shard();
+  ObserverShard* two = ledger.open_stream_shard();
+  constexpr std::size_t kBlock = 64 * kKiB;
+  const auto on = [](EventKind kind, StreamHandle stream, DevicePtr address, std::size_t size) {
+    return split_event(kind, address, size, stream, 0, 0);
+  };
+  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+    report(*two, on(EventKind::kAlloc, 2, b, kBlock));  // each a new peak: the slow path
+  }
+  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+    EXPECT_TRUE(fast(*two, on(EventKind::kFree, 2, b, kBlock)));
+  }
+  report(*one, on(EventKind::kAlloc, 1, 0x900000, 4 * kKiB));  // a new share: the slow path
+  EXPECT_EQ(ledger.shard_tally().slow, 4u);
+  EXPECT_TRUE(fast(*two, on(EventKind::kAlloc, 2, 0x100000, kBlock)));
+  EXPECT_TRUE(fast(*two, on(EventKind::kAlloc, 2, 0x200000, kBlock)));
+  EXPECT_EQ(ledger.shard_tally().slow, 4u);
+  // Past the aggregate's peak (192 KiB): refused on the fast path, exact on the slow one.
+  EXPECT_FALSE(fast(*two, on(EventKind::kAlloc, 2, 0x300000, kBlock)));
+  report(*two, on(EventKind::kAlloc, 2, 0x300000, kBlock));
+  const LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocated_bytes.current,
+            static_cast<std::int64_t>(3 * kBlock + 4 * kKiB));
+  EXPECT_EQ(counters.aggregate().allocated_bytes.peak,
+            static_cast<std::int64_t>(3 * kBlock + 4 * kKiB));
+  LedgerOptions options = quiet();
+  options.trace_capacity = 0;
+  Ledger replay(options);
+  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
+  EXPECT_EQ(replay.counters(), ledger.counters());
+  ledger.close_shard(one);
+  ledger.close_shard(two);
+  EXPECT_FALSE(ledger.inconsistent());
+}
+
 // A front cache's shard never counts split changes itself (its events carry none; one that did
 // would take the slow path).
 TEST(LedgerShard, FrontShardsLeaveSplitChangesToTheSlowPath) {
