@@ -38,10 +38,14 @@ rm -rf "${builds[@]}"
 stress_ops=${VRAMLEDGER_STRESS_OPS:-200000}
 stress_ops_sanitized=${VRAMLEDGER_STRESS_OPS_SANITIZED:-40000}
 
-# Sanitizer builds: -O1 keeps them reasonably fast, -g1 gives line numbers in reports without full
-# debug info, asserts stay on. Benchmarks and CUDA are left out there: the sanitizers are aimed at
-# host-side logic, which the simulated-device tests exercise, and the GPU tests skip without a GPU.
-sanitizer_common=(--buildtype=plain -Doptimization=1 -Db_ndebug=false -Dcpp_args=-g1
+# Sanitizer builds: -g1 gives line numbers in reports without full debug info, asserts stay on.
+# ASan + UBSan compile at -O0: its build is on this command's critical path, and it compiles 2.7x
+# faster than at -O1 (the policy's unity file: 10.6 s against 28.9 s), while its tests take 128 s
+# instead of 72 s, overlapped with the ThreadSanitizer build (2026-12-02: the whole command went
+# from 758 s to ...). ThreadSanitizer stays at -O1 (its tests are the last phase, and slow at
+# -O0). Benchmarks and CUDA are left out there: the sanitizers are aimed at host-side logic, which
+# the simulated-device tests exercise, and the GPU tests skip without a GPU.
+sanitizer_common=(--buildtype=plain -Db_ndebug=false -Dcpp_args=-g1
                   -Dbenchmarks=disabled -Dcuda=disabled)
 
 # Sanitizer failures must fail the test, not just print: UBSan recovers by default.
@@ -133,8 +137,8 @@ if [[ -x .venv/bin/python ]] && .venv/bin/python -c "import importlib.util, sys;
   torch_args=(-Dtorch_python="$repo_root/.venv/bin/python")
 fi
 release_args=(--buildtype=release --werror -Dcuda=auto -Dbenchmarks=auto "${torch_args[@]}")
-asan_args=("${sanitizer_common[@]}" --werror -Db_sanitize=address,undefined)
-tsan_args=("${sanitizer_common[@]}" --werror -Db_sanitize=thread)
+asan_args=("${sanitizer_common[@]}" -Doptimization=0 --werror -Db_sanitize=address,undefined)
+tsan_args=("${sanitizer_common[@]}" -Doptimization=1 --werror -Db_sanitize=thread)
 
 # Each build is compiled while the previous build's tests run (background_build); a phase's tests
 # start once its own build is done.
