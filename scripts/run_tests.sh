@@ -12,7 +12,7 @@
 # The builds run one after another, each sanitizer build compiled at the lowest CPU priority while
 # the previous build's tests run (they leave part of the cores idle); its compiler output is
 # printed when its tests start. The randomized stress test runs 200,000 steps per heap shape here
-# (40,000 under the sanitizers; the corpus replay runs two lags of its four there), so that the
+# (20,000 under the sanitizers; the corpus replay runs one lag of its four there), so that the
 # whole command aims at 12 minutes on a 2-core machine (compiling is most of it: 735 s in a
 # clean-clone CI run at d9472ea, 2026-12-02, 15 s over the aim, with 50,000 sanitized steps and
 # four lags; 707 s at 8fe3659); its full length, 10^6 steps,
@@ -36,15 +36,18 @@ background_pid=
 rm -rf "${builds[@]}"
 
 stress_ops=${VRAMLEDGER_STRESS_OPS:-200000}
-stress_ops_sanitized=${VRAMLEDGER_STRESS_OPS_SANITIZED:-40000}
+stress_ops_sanitized=${VRAMLEDGER_STRESS_OPS_SANITIZED:-20000}
 
 # Sanitizer builds: -g1 gives line numbers in reports without full debug info, asserts stay on.
 # ASan + UBSan compile at -O0: its build is on this command's critical path, and it compiles 2.7x
-# faster than at -O1 (the policy's unity file: 10.6 s against 28.9 s), while its tests take 128 s
-# instead of 72 s, overlapped with the ThreadSanitizer build (2026-12-02: the whole command went
-# from 758 s to ...). ThreadSanitizer stays at -O1 (its tests are the last phase, and slow at
-# -O0). Benchmarks and CUDA are left out there: the sanitizers are aimed at host-side logic, which
-# the simulated-device tests exercise, and the GPU tests skip without a GPU.
+# faster than at -O1 (the policy's unity file: 10.6 s against 28.9 s), but its tests run slower,
+# beside the ThreadSanitizer build. Clean-clone CI on the 2-core VM, 2026-12-02: at -O1 (50,000
+# sanitized stress steps, four lags) 758 s = release build 280 + ASan build 366 + its tests 72
+# (TSan build 86 meanwhile) + TSan tests 26; at -O0 (40,000 steps, two lags) 727 s = 252 + 230 +
+# 215 (TSan build 147 meanwhile) + 30; hence 20,000 sanitized steps and one lag since.
+# ThreadSanitizer stays at -O1 (its tests are the last phase, and slow at -O0). Benchmarks and
+# CUDA are left out there: the sanitizers are aimed at host-side logic, which the
+# simulated-device tests exercise, and the GPU tests skip without a GPU.
 sanitizer_common=(--buildtype=plain -Db_ndebug=false -Dcpp_args=-g1
                   -Dbenchmarks=disabled -Dcuda=disabled)
 

@@ -174,7 +174,8 @@ std::uint64_t steady_call_ceiling(const std::string& path) {
 }
 
 // Under the sanitizers (a third of CI's time goes to building and testing them) the replays run
-// at two lags, which take the same paths, and the release build's run holds the call guard.
+// at one lag, which takes the lagging GPU's paths (fences, aliasing, adoption), and the release
+// build's run holds the call guard and the other lags.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else
@@ -183,7 +184,7 @@ constexpr bool kSanitized = false;
 
 TEST(CorpusReplay, DefaultConfigurationStaysWithinTwoPercentAtEveryLag) {
   const std::vector<std::size_t> lags =
-      kSanitized ? std::vector<std::size_t>{0, 100} : std::vector<std::size_t>{0, 30, 100, 1000};
+      kSanitized ? std::vector<std::size_t>{100} : std::vector<std::size_t>{0, 30, 100, 1000};
   for (const std::string& path : corpus_traces()) {
     const WorkloadTrace trace = read_workload_trace(path);
     const double limit = path.find("gpt2_generate") != std::string::npos ? 1.03 : 1.02;
