@@ -13,9 +13,9 @@
 # the previous build's tests run (they leave part of the cores idle); its compiler output is
 # printed when its tests start. The randomized stress test runs 200,000 steps per heap shape here
 # (20,000 under the sanitizers; the corpus replay runs one lag of its four there), so that the
-# whole command aims at 12 minutes on a 2-core machine (compiling is most of it: 735 s in a
-# clean-clone CI run at d9472ea, 2026-12-02, 15 s over the aim, with 50,000 sanitized steps and
-# four lags; 707 s at 8fe3659); its full length, 10^6 steps,
+# whole command aims at 12 minutes on a 2-core machine (compiling is most of it: 658 s in a
+# clean-clone CI run at 8efc84b, 2026-12-02; 707-758 s before, with 50,000 sanitized steps, four
+# lags and the ASan build at -O1); its full length, 10^6 steps,
 # is scripts/stress_long.sh, whose result is recorded in bench/results/. VRAMLEDGER_STRESS_OPS and
 # VRAMLEDGER_STRESS_OPS_SANITIZED override the two lengths.
 set -uo pipefail
@@ -44,7 +44,8 @@ stress_ops_sanitized=${VRAMLEDGER_STRESS_OPS_SANITIZED:-20000}
 # beside the ThreadSanitizer build. Clean-clone CI on the 2-core VM, 2026-12-02: at -O1 (50,000
 # sanitized stress steps, four lags) 758 s = release build 280 + ASan build 366 + its tests 72
 # (TSan build 86 meanwhile) + TSan tests 26; at -O0 (40,000 steps, two lags) 727 s = 252 + 230 +
-# 215 (TSan build 147 meanwhile) + 30; hence 20,000 sanitized steps and one lag since.
+# 215 (TSan build 147 meanwhile) + 30; hence 20,000 sanitized steps and one lag since: 658 s at
+# 8efc84b = 251 + 218 + 155 (TSan build 136 meanwhile) + 34.
 # ThreadSanitizer stays at -O1 (its tests are the last phase, and slow at -O0). Benchmarks and
 # CUDA are left out there: the sanitizers are aimed at host-side logic, which the
 # simulated-device tests exercise, and the GPU tests skip without a GPU.
