@@ -8,16 +8,19 @@
 // the aggregate; the four usage counters of its streams and of the untagged tag) a shard keeps
 // `delta` (its change since the last fold into the ledger), `increases` (their positive part, for
 // the running totals) and `credit`: how far it may still raise them on its own. The ledger
-// keeps, per counter, `outstanding` = the sum over shards of delta + credit, which no fast
-// operation changes (a raise moves credit into delta, a decrease moves it back). Invariant:
-// ledger's current + outstanding <= peak (or the ceiling, see Ledger::fast_ceiling), hence the
-// true sum current + sum(delta) never exceeds the peak while shards stay within their credit:
-// the peak is unchanged and nothing shared is written. A raise without credit takes the slow
-// path (Ledger::apply_from_shard): every shard folded under every shard's mutex, so the sum is
-// exact and the peak is raised to exactly the value the sum reaches.
+// keeps, per counter, `outstanding` = the sum over shards of delta + credit (plus, for stream
+// shards' shared counters, the spare credit no shard holds), which no fast operation changes (a
+// raise moves credit into delta, a decrease moves it back; a stream shard taking spare credit
+// moves it between holders). Invariant: ledger's current + outstanding <= peak (or the ceiling,
+// see Ledger::fast_ceiling), hence the true sum current + sum(delta) never exceeds the peak while
+// shards stay within their credit: the peak is unchanged. A raise without credit (a stream
+// shard's: nor enough spare) takes the slow path (Ledger::apply_from_shard): every shard folded
+// under every shard's mutex, so the sum is exact and the peak is raised to exactly the value the
+// sum reaches.
 //
 // Trace records wait in a small array (`staged`) and join the ledger's trace at the next fold;
-// every credit change folds first, so a replay of the trace reaches the same peaks
+// credit moves between shards only through a fold (spare credit is given by a shard just folded,
+// or by the slow path after folding all), so a replay of the trace reaches the same peaks
 // (docs/design.md, 5.4).
 #pragma once
 
