@@ -168,8 +168,10 @@ class Ledger final : public AllocatorObserver {
   // shard holds, taken without the ledger's mutex.
   bool take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
                          std::int64_t& credit) noexcept;
+  void give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept;
   void return_spare_credit_locked(LedgerShard& shard) noexcept;
   void gather_spare_credit_locked() noexcept;
+  void revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexcept;
   void revoke_spare_credit_locked() noexcept;
   template <typename Visit>
   void for_each_slot_of_spare(std::size_t cell, std::size_t kind, Visit&& visit) noexcept;
@@ -248,7 +250,7 @@ class Ledger final : public AllocatorObserver {
       outstanding_stream_{};
   // Per stream shards' cell (the two pools', the common) and kind of amount: credit counted in
   // `outstanding` that no shard holds. A stream shard takes from it on its fast path, under its
-  // own mutex (an atomic exchange: no other lock); it is given back at a shard's fold and swept
+  // own mutex (a compare-exchange: no other lock); it is given back at a shard's fold and swept
   // together at the slow path, both under the ledger's mutex (docs/design.md 5.2).
   struct alignas(64) SpareCell {
     std::array<std::atomic<std::int64_t>, kAmountKinds> credit{};

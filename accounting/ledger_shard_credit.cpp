@@ -80,11 +80,9 @@ void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noex
 bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t cell, std::size_t share,
                              const Slot& slot) noexcept {
   if (slot.kind == Slot::kPool) return slot.which == cell;  // a pool's cell only
-  if (!shard.for_stream_) return cell < LedgerShard::kCommon && (slot.kind != Slot::kStream ||
-                                                                 shard.streams_[share].entry == slot.which);
-  if (slot.kind == Slot::kStream) {
-    return cell == LedgerShard::kOwnStream && shard.streams_[share].entry == slot.which;
-  }
+  const bool own_stream = slot.kind != Slot::kStream || shard.streams_[share].entry == slot.which;
+  if (!shard.for_stream_) return cell < LedgerShard::kCommon && own_stream;  // one cell for all
+  if (slot.kind == Slot::kStream) return cell == LedgerShard::kOwnStream && own_stream;
   return cell == LedgerShard::kCommon;  // the aggregate's and the untagged tag's
 }
 
@@ -112,9 +110,7 @@ void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
     for_each_slot_of_spare(c, kind, [&](const Slot& other) {
       counts |= other.kind == slot.kind && other.which == slot.which && other.stat == slot.stat;
     });
-    if (!counts) continue;
-    const std::int64_t spare = spare_credit_[c].credit[kind].exchange(0, std::memory_order_relaxed);
-    for_each_slot_of_spare(c, kind, [&](const Slot& other) { outstanding_of(other) -= spare; });
+    if (counts) revoke_spare_cell_locked(c, kind);
   }
 }
 
@@ -261,15 +257,14 @@ bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t 
   return true;
 }
 
-// Under the ledger's mutex and `shard`'s, just folded: half its pool and common credit goes to
-// the spare, where a stream that needs it finds it (a shard's frees add to its own credit, which
-// would otherwise stay there while other streams' raises go to the slow path).
-void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
+// Under the ledger's mutex and `shard`'s, the shard just folded: 1/`divisor` of each of its pool
+// and common credits goes to the spare. Only the holder changes, so `outstanding` does not.
+void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
   for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
     for (std::size_t s = 0; s < shard.streams_used_; ++s) {
       for (std::size_t k = 0; k < kAmountKinds; ++k) {
         ShardStat& share = shard.cells_[c][s][k];
-        const std::int64_t given = share.credit / 2;
+        const std::int64_t given = share.credit / divisor;
         if (given <= 0) continue;
         share.credit -= given;
         spare_credit_[c].credit[k].fetch_add(given, std::memory_order_relaxed);
@@ -278,32 +273,31 @@ void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
   }
 }
 
-// Every shard held: the spare credit taken back (the last stream shard closed).
-void Ledger::revoke_spare_credit_locked() noexcept {
-  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
-    for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      const std::int64_t spare = spare_credit_[c].credit[k].exchange(0, std::memory_order_relaxed);
-      for_each_slot_of_spare(c, k, [&](const Slot& slot) { outstanding_of(slot) -= spare; });
-    }
-  }
+// At a stream shard's fold: half its pool and common credit goes to the spare, where a stream
+// that needs it finds it (a shard's frees add to its own credit, which would otherwise stay there
+// while other streams' raises go to the slow path).
+void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
+  give_credit_to_spare_locked(shard, 2);
 }
 
 // At the slow path, every shard held and folded: every stream shard's pool and common credit
 // goes to the spare (each then takes what it needs), so no stream keeps room another lacks.
 void Ledger::gather_spare_credit_locked() noexcept {
-  for (const auto& owned : shards_) {
-    LedgerShard& shard = *owned;
-    if (!shard.for_stream_) continue;
-    for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
-      for (std::size_t s = 0; s < shard.streams_used_; ++s) {
-        for (std::size_t k = 0; k < kAmountKinds; ++k) {
-          ShardStat& share = shard.cells_[c][s][k];
-          if (share.credit == 0) continue;
-          spare_credit_[c].credit[k].fetch_add(share.credit, std::memory_order_relaxed);
-          share.credit = 0;
-        }
-      }
-    }
+  for (const auto& shard : shards_) {
+    if (shard->for_stream_) give_credit_to_spare_locked(*shard, 1);
+  }
+}
+
+// Every shard held: the spare credit of (cell, kind) taken back.
+void Ledger::revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexcept {
+  const std::int64_t spare = spare_credit_[cell].credit[kind].exchange(0, std::memory_order_relaxed);
+  for_each_slot_of_spare(cell, kind, [&](const Slot& slot) { outstanding_of(slot) -= spare; });
+}
+
+// Every shard held: all spare credit taken back (the last stream shard closed).
+void Ledger::revoke_spare_credit_locked() noexcept {
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    for (std::size_t k = 0; k < kAmountKinds; ++k) revoke_spare_cell_locked(c, k);
   }
 }
 
