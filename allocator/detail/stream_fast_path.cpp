@@ -89,8 +89,19 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
   SplitDelta split;
   if (paged_) {
     // Pages to map come from the physical pool, other streams' idle pages, the cap: all shared.
-    if (pages_to_map(*block->range, block->address, size) > 0) return 0;
-    block = take_from_span(index, block, block->address, size, split);
+    // When the best fit needs some, the locked path (allocate_paged) first adopts pending frees
+    // (none: pending_ is empty here) and retires the stream's old aliased addresses, then looks
+    // among a few fits for a place needing no page; with nothing to retire that search is the
+    // same here, so a place it finds is the one the locked path would take.
+    DevicePtr address = block->address;
+    if (pages_to_map(*block->range, address, size) > 0) {
+      if (!heaps->retiring.empty()) return 0;
+      const Placement best = placement_needing_fewest_new_pages(index, size, block);
+      if (best.cost != std::pair{false, std::size_t{0}}) return 0;
+      block = best.block;
+      address = best.address;
+    }
+    block = take_from_span(index, block, address, size, split);
   } else {
     take_from_segment(index, pool, block, size, split);
   }

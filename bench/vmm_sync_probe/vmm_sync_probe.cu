@@ -16,6 +16,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -195,6 +196,49 @@ int main() {
   check(cudaStreamSynchronize(busy), "sync");
   std::printf("short kernel on another stream while the spin runs: %.1f us after an unmap, %.1f us without\n",
               after_unmap, baseline);
+
+  // Does cuMemSetAccess cost per call or per byte? A move of an n-chunk run maps n chunks at
+  // adjacent addresses: one cuMemSetAccess over the run or one per chunk. The same for the
+  // unmap of a run. Five repetitions per n, median, GPU idle and GPU busy.
+  std::vector<CUmemGenericAllocationHandle> batch;
+  for (int i = 0; i < kPages; ++i) batch.push_back(vmm.create());
+  const CUdeviceptr c = vmm.reserve(kPages);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("run of n chunks: map n + set access (1 call | n calls), unmap (1 call | n calls), us, median of 5\n");
+  for (const int n : {1, 2, 4, 8, 16}) {
+    for (const bool busy_now : {false, true}) {
+      std::vector<double> one_access, each_access, one_unmap, each_unmap;
+      for (int rep = 0; rep < 5; ++rep) {
+        if (busy_now) spin_kernel<<<1, 1, 0, busy>>>(kSpinNs);
+        for (const bool batched : {true, false}) {
+          (batched ? one_access : each_access).push_back(micros([&] {
+            for (int i = 0; i < n; ++i) vmm.map(c + i * vmm.page, batch[i]);
+            if (batched) {
+              check(cuMemSetAccess(c, n * vmm.page, &vmm.access, 1), "cuMemSetAccess (run)");
+            } else {
+              for (int i = 0; i < n; ++i) vmm.set_access(c + i * vmm.page);
+            }
+          }));
+          (batched ? one_unmap : each_unmap).push_back(micros([&] {
+            if (batched) {
+              if (cuMemUnmap(c, n * vmm.page) != CUDA_SUCCESS) {  // not legal on every driver
+                std::printf("  (one cuMemUnmap over %d chunks refused: unmapping each)\n", n);
+                for (int i = 0; i < n; ++i) vmm.unmap(c + i * vmm.page);
+              }
+            } else {
+              for (int i = 0; i < n; ++i) vmm.unmap(c + i * vmm.page);
+            }
+          }));
+        }
+        if (busy_now) check(cudaStreamSynchronize(busy), "sync");
+      }
+      std::printf("  n=%2d %-4s map+access %8.1f | %8.1f   unmap %8.1f | %8.1f\n", n, busy_now ? "busy" : "idle",
+                  median(one_access), median(each_access), median(one_unmap), median(each_unmap));
+    }
+  }
   std::printf("done\n");
   return 0;
 }

@@ -123,6 +123,41 @@ TEST_P(StreamLocksConcurrent, OwnStreamAllocationsDoNotWaitForEachOther) {
   allocator.deallocate(on_b);
 }
 
+// Paged heap: when the best fit by size needs pages mapped but another of the stream's free
+// blocks holds the request on mapped pages, the fast path takes that block, under b's lock alone
+// (a's allocation is held inside the allocator meanwhile, with a's lock), and it is the place
+// the allocator's lock would have chosen: the mapped block, with no driver call.
+TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
+  SimulatedDevice device(device_options(Heap::kPaged));
+  const StreamHandle a = device.create_stream();
+  const StreamHandle b = device.create_stream();
+  Rendezvous observer(a, b);
+  CachingAllocator allocator(device, &observer);
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // On b: a 6 MiB block whose pages are unmapped (the best fit for 6 MiB) and an 8 MiB block
+  // still mapped, kept apart by live blocks.
+  const DevicePtr unmapped = allocator.allocate(6 * kMiB, b);
+  const DevicePtr fence_1 = allocator.allocate(2 * kMiB, b);
+  const DevicePtr mapped = allocator.allocate(8 * kMiB, b);
+  const DevicePtr fence_2 = allocator.allocate(2 * kMiB, b);
+  allocator.deallocate(unmapped);
+  allocator.empty_cache();
+  allocator.deallocate(mapped);
+  const DevicePtr warm_a = allocator.allocate(kMiB, a);
+  allocator.deallocate(warm_a);
+  const std::size_t maps_before = device.call_count(SimOp::kMapPages);
+  observer.arm();
+  DevicePtr on_a = 0;
+  std::thread first([&] { on_a = allocator.allocate(kMiB, a); });
+  observer.wait_until_a_waits();
+  const DevicePtr on_b = allocator.allocate(6 * kMiB, b);
+  first.join();
+  EXPECT_TRUE(observer.met()) << "the allocation on stream b took the allocator's lock";
+  EXPECT_EQ(on_b, mapped);
+  EXPECT_EQ(device.call_count(SimOp::kMapPages), maps_before);
+  for (const DevicePtr ptr : {on_a, on_b, fence_1, fence_2}) allocator.deallocate(ptr);
+}
+
 // Phases separated by barriers: every thread allocates blocks of mixed sizes on its own stream,
 // all wait, then each frees another thread's blocks (a cross-stream free: the owner stream's
 // lock), some after record_stream on a third stream. Within a phase the allocated count and
