@@ -85,6 +85,11 @@ void FixedSize(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+std::uint64_t page_calls(const SimulatedDevice& device) {
+  return device.call_count(SimOp::kMapPages) + device.call_count(SimOp::kUnmapPages) +
+         device.call_count(SimOp::kCreatePhysical) + device.call_count(SimOp::kAllocateSegment);
+}
+
 // One iteration frees one of this thread's 64 live blocks and allocates its replacement.
 void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   const auto thread = static_cast<std::size_t>(state.thread_index());
@@ -99,6 +104,9 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   // their events that took the ledger's slow path. Read by thread 0 around its loop (a read folds
   // every shard: not inside the timed loop).
   const Ledger::ShardTally before = thread == 0 ? rig.ledger.shard_tally() : Ledger::ShardTally{};
+  // And the driver calls the run made (maps, unmaps, creates: ~20-35 us each on the H200, so a
+  // rate the simulated device hides), per thousand pairs of all threads.
+  const std::uint64_t calls_before = thread == 0 ? page_calls(rig.device) : 0;
   for (auto _ : state) {
     const std::uint32_t slot = pattern.slots[k];
     rig.allocator.deallocate(live[slot]);
@@ -110,6 +118,9 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
     const auto fast = static_cast<double>(after.fast - before.fast);
     const auto slow = static_cast<double>(after.slow - before.slow);
     state.counters["shard_slow"] = fast + slow > 0 ? slow / (fast + slow) : 0.0;
+    const auto pairs = static_cast<double>(state.iterations()) * state.threads();
+    state.counters["calls_per_kpair"] =
+        1000.0 * static_cast<double>(page_calls(rig.device) - calls_before) / pairs;
   }
   for (DevicePtr ptr : live) rig.allocator.deallocate(ptr);
   state.SetItemsProcessed(state.iterations());

@@ -273,6 +273,12 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
     release_live();
     return;
   }
+  // vramledger's driver calls per thousand pairs of all threads (each ~20-35 us on the H200,
+  // under the allocator's lock): read by thread 0 around its loop, outside the timing.
+  std::int64_t calls_before = 0;
+  if constexpr (requires { peer.driver_calls(); }) {
+    if (thread == 0) calls_before = peer.driver_calls();
+  }
   std::size_t j = 0;
   for (auto _ : state) {
     try {
@@ -286,6 +292,13 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
       break;
     }
     ++j;
+  }
+  if constexpr (requires { peer.driver_calls(); }) {
+    if (thread == 0) {
+      const auto pairs = static_cast<double>(state.iterations()) * state.threads();
+      state.counters["calls_per_kpair"] =
+          1000.0 * static_cast<double>(peer.driver_calls() - calls_before) / pairs;
+    }
   }
   release_live();
   state.SetItemsProcessed(state.iterations());

@@ -76,6 +76,12 @@ class GatedLedger final : public AllocatorObserver {
   // state, not the first million events' page faults (which made the first case of each peer
   // the slowest: 512 B in every table before this).
   void prefault_trace() { ledger_.trace().prefault(); }
+  // Maps, unmaps, device allocations and frees so far (the ledger's counts of those events).
+  std::int64_t driver_calls() const {
+    const LedgerCounters counters = ledger_.counters();
+    return counters.num_maps + counters.num_unmaps + counters.num_device_alloc +
+           counters.num_device_free;
+  }
 
  private:
   mutable SpinMutex mutex_;  // as the plugin's EventGate
@@ -117,6 +123,7 @@ class VramledgerPeer {
   std::string describe() const;
   std::string check_ledger() const { return ledger_.check_against(*allocator_); }
   bool ledger_consistent() const { return ledger_.consistent_with(*allocator_); }
+  std::int64_t driver_calls() const { return ledger_.driver_calls(); }
 
  private:
   std::string conf_;
