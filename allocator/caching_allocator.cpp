@@ -142,6 +142,7 @@ inline DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t byte
   block->tag = tag;
   block->state = BlockState::kAllocated;
   block->range->active_blocks++;
+  block->range->owner->allocations++;
   live_.insert(block->address, block);
   emit_with(split, EventKind::kAlloc, block->range->pool, stream, block->address, block->size,
             bytes, tag);

@@ -33,6 +33,8 @@ constexpr std::size_t kLargestPageBytes = kGiB;
 constexpr std::size_t kLargestSpanBytes = 2 * kLargestDeviceBytes;
 // The policy reads the slack as thousandths above a peak; beyond 100x it means "never take".
 constexpr std::size_t kLargestSlackPermille = 100000;
+// A stream's idle page that 2^40 of its allocations have not needed is cold by any measure.
+constexpr std::size_t kLargestColdAllocations = std::size_t{1} << 40;
 
 constexpr std::array<std::string_view, 5> kBackends = {"auto", "simulated", "cuda_malloc", "vmm",
                                                        "malloc_async"};
@@ -59,8 +61,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 21>& key_table() {
-  static const std::array<KeySpec, 21> table = {{
+const std::array<KeySpec, 22>& key_table() {
+  static const std::array<KeySpec, 22> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -118,6 +120,11 @@ const std::array<KeySpec, 21>& key_table() {
        ValueKind::kSize,
        {&AllocatorOptions::cross_stream_slack_permille, 1, "per mille", nullptr, false, false,
         kLargestSlackPermille, "beyond 100-fold the peak, growth is never limited anyway"}},
+      {"cross_stream_cold_allocs",
+       "cross_stream_cold_allocs",
+       ValueKind::kSize,
+       {&AllocatorOptions::cross_stream_cold_allocations, 1, "allocations", nullptr, false,
+        false, kLargestColdAllocations, "no stream makes that many allocations"}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,

@@ -52,6 +52,8 @@ struct AddressRange {
   std::vector<PageMapping> page_mapping;
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
+  // The owner stream's clock (StreamHeaps::allocations) when each page last became wholly free.
+  std::vector<std::uint64_t> page_idle_since;
   // Pages whose physical memory was aliased to another address of the same stream
   // (AllocatorOptions::alias_pending_pages): still mapped in the driver until the work queued
   // before their free has finished, so neither usable nor mappable; unmapped in mapped_bits.
@@ -95,6 +97,7 @@ struct AddressRange {
     if (page_use.size() >= page_count) return;
     page_use.resize(page_count);
     page_mapping.resize(page_count);
+    page_idle_since.resize(page_count, 0);
     mapped_bits.resize((page_count + 63) / 64, 0);
   }
   void set_retiring(std::size_t first, std::size_t pages, bool retiring) {

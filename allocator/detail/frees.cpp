@@ -2,6 +2,7 @@
 // (record_stream) stays active until events recorded there at free time complete — or until its
 // own stream needs memory and adopts it (adopt_pending_frees): the stream then waits on those
 // events on the GPU, so its new work is ordered after every use, and the block is free at once.
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -138,7 +139,13 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
   const auto [whole_first, whole_last] = whole_pages(range, block->address, block->end());
   const std::size_t lo = std::max(page_of(range, freed_start), whole_first);
   const std::size_t hi = std::min(page_of(range, freed_end - 1) + 1, whole_last);
-  if (hi > lo) free_mapped_pages_[pool_index(range.pool)] += range.count_mapped(lo, hi);
+  if (hi > lo) {
+    free_mapped_pages_[pool_index(range.pool)] += range.count_mapped(lo, hi);
+    const std::size_t stamped = std::min(hi, range.page_idle_since.size());
+    for (std::size_t page = lo; page < stamped; ++page) {
+      range.page_idle_since[page] = owner.allocations;
+    }
+  }
   // Work queued on the stream so far may still touch these bytes.
   block->freed_at_fence = owner.next_fence;
   owner.page_freed_since_last_fence = true;

@@ -298,7 +298,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
   std::size_t unmapped = 0;
   for (auto& heaps : streams_) {
     if (choice == StreamChoice::kOnly && heaps.get() != stream) continue;
-    if (choice == StreamChoice::kOthers && heaps.get() == stream) continue;
+    if (choice == StreamChoice::kOthersCold && heaps.get() == stream) continue;
     for (AddressRange* span : heaps->ranges[p]) {
       if (!span->is_span) continue;
       for (Block* b = span->first; b != nullptr; b = b->next) {
@@ -311,7 +311,8 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
           if (!span->is_chunk_head(page)) return;
           const std::size_t pages = span->chunk_pages(page);
           if (pages <= max_chunk && page + pages <= last &&
-              !exclusion.intersects(span, page, pages)) {
+              !exclusion.intersects(span, page, pages) &&
+              (choice != StreamChoice::kOthersCold || chunk_is_cold(*heaps, *span, page, pages))) {
             heads.push_back(page);
           }
         });

@@ -114,6 +114,38 @@ inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_stream
   return reserved_bytes_ + pages * page_bytes_ <= budget;
 }
 
+// With cross_stream_cold_allocations (AllocatorOptions), another stream's idle pages are taken
+// (beyond the slack, before growing) only when cold: that stream has served that many
+// allocations since they became idle without needing them, or it is quiet (no allocation at
+// all over the last kQuietLooks looks at other streams). Streams that allocate side by side
+// otherwise hand pages back and forth at the margin of each one's working set, an unmap and a
+// map under the allocator's lock each time: the mixed ring on 16 threads made 53 driver calls
+// per thousand pairs on the H200 host's CPU (bench/results/gpu/2026-12-02-h200-session-11.md).
+inline void CachingAllocator::Impl::note_look_at_other_streams() {
+  ++looks_at_other_streams_;
+  for (auto& heaps : streams_) {
+    if (heaps->allocations == heaps->allocations_at_look) continue;
+    heaps->allocations_at_look = heaps->allocations;
+    heaps->look_when_moved = looks_at_other_streams_;
+  }
+}
+
+inline bool CachingAllocator::Impl::stream_is_quiet(const StreamHeaps& heaps) const {
+  constexpr std::uint64_t kQuietLooks = 8;
+  return looks_at_other_streams_ - heaps.look_when_moved >= kQuietLooks;
+}
+
+inline bool CachingAllocator::Impl::chunk_is_cold(const StreamHeaps& heaps,
+                                                  const AddressRange& span, std::size_t head,
+                                                  std::size_t pages) const {
+  const std::uint64_t cold_after = options_.cross_stream_cold_allocations;
+  if (cold_after == 0 || stream_is_quiet(heaps)) return true;
+  for (std::size_t page = head; page < head + pages; ++page) {
+    if (heaps.allocations - span.page_idle_since[page] < cold_after) return false;
+  }
+  return true;
+}
+
 // Physical chunks that fill each run exactly, in order. Sources, cheapest in memory first:
 // free chunks that fit, idle mapped chunks of the owner stream that fit, its own pages still
 // in use (alias_pending_pages), new memory within the cross-stream slack, idle mapped chunks
@@ -128,6 +160,7 @@ inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
     const PageExclusion& exclusion) {
   std::vector<PhysicalChunk> chunks;
   std::string shortage;
+  bool looked_at_other_streams = false;
   try {
     for (const auto& run : runs) {
       std::size_t needed = run.second;
@@ -144,8 +177,12 @@ inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
         if (!chunk && may_grow_instead_of_taking_from_other_streams(needed)) {
           chunk = create_chunk(pool, std::min(needed, chunk_pages), &shortage);
         }
+        if (!chunk && !looked_at_other_streams) {
+          note_look_at_other_streams();
+          looked_at_other_streams = true;
+        }
         if (!chunk && unmap_idle_chunks(pool, needed, needed, /*wait=*/false, exclusion,
-                                        StreamChoice::kOthers, &owner) > 0) {
+                                        StreamChoice::kOthersCold, &owner) > 0) {
           continue;
         }
         if (!chunk && options_.alias_pending_pages) {

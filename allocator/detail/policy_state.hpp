@@ -247,8 +247,9 @@ class CachingAllocator::Impl {
       return range == span && from <= last && from + count > first;
     }
   };
-  // Which streams' idle pages unmap_idle_chunks looks at, relative to a given stream.
-  enum class StreamChoice { kAll, kOnly, kOthers };
+  // Which streams' idle pages unmap_idle_chunks looks at, relative to a given stream:
+  // kOthersCold, only other streams' chunks that are cold (chunk_is_cold).
+  enum class StreamChoice { kAll, kOnly, kOthersCold };
 
   std::size_t page_of(const AddressRange& span, DevicePtr address) const {
     return (address - span.base) / page_bytes_;
@@ -316,6 +317,10 @@ class CachingAllocator::Impl {
                                             std::string* shortage);
   std::size_t chunk_pages_for(std::size_t run_pages) const;
   bool may_grow_instead_of_taking_from_other_streams(std::size_t pages) const;
+  void note_look_at_other_streams();
+  bool stream_is_quiet(const StreamHeaps& heaps) const;
+  bool chunk_is_cold(const StreamHeaps& heaps, const AddressRange& span, std::size_t head,
+                     std::size_t pages) const;
   std::vector<PhysicalChunk> acquire_physical(
       StreamHeaps& owner, PoolKind pool,
       const std::vector<std::pair<std::size_t, std::size_t>>& runs,
@@ -434,6 +439,7 @@ class CachingAllocator::Impl {
   std::atomic<std::size_t> peak_active_bytes_{0};
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
+  std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams
   SplitDelta pending_split_;  // see note_split_change; the fast path keeps its own
 
   ShardedBlockMap live_;  // allocated and pending-free blocks by start address

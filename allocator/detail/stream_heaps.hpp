@@ -63,6 +63,15 @@ struct StreamHeaps {
     PhysicalHandle handle;  // now also mapped at the new address
   };
   std::vector<RetiringMapping> retiring;
+  // The stream's clock: allocations served on it so far (under `mutex`). A page freed at clock
+  // c is cold for other streams once the clock passes c + kColdAllocations: the stream went on
+  // allocating without needing it (Impl::chunk_is_cold).
+  std::uint64_t allocations = 0;
+  // Under the allocator's lock, at each look at other streams' idle pages (note_look_at_others):
+  // the clock seen at the last look that found it moved, and that look's number. A stream whose
+  // clock has not moved for kQuietLooks looks is quiet: all its idle pages are cold.
+  std::uint64_t allocations_at_look = 0;
+  std::uint64_t look_when_moved = 0;
 };
 
 }  // namespace vramledger

@@ -536,15 +536,22 @@ bool run_on_gpu(const RunLengths& lengths) {
   std::vector<std::unique_ptr<VramledgerPeer>> vramledger_peers;
   std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
   // -front: per-thread front caches large enough for every pair size (256 MiB blocks enter).
-  for (const auto& [backend, front] : {std::pair<std::string, bool>{"vmm", false},
-                                       {"vmm", true},
-                                       {"cuda_malloc", false},
-                                       {"cuda_malloc", true},
-                                       {"malloc_async", false}}) {
-    const std::string name = "vramledger-" + backend + (front ? "-front" : "");
+  // -cold: another stream's idle pages taken only once cold (docs/configuration.md).
+  struct Variant {
+    std::string backend;
+    bool front;
+    std::string suffix, conf;
+  };
+  for (const Variant& variant : {Variant{"vmm", false, "", ""},
+                                 Variant{"vmm", true, "-front", ",front_cache_mb:1024"},
+                                 Variant{"vmm", false, "-cold", ",cross_stream_cold_allocs:1024"},
+                                 Variant{"cuda_malloc", false, "", ""},
+                                 Variant{"cuda_malloc", true, "-front", ",front_cache_mb:1024"},
+                                 Variant{"malloc_async", false, "", ""}}) {
+    const std::string& backend = variant.backend;
+    const std::string name = "vramledger-" + backend + variant.suffix;
     try {
-      vramledger_peers.push_back(
-          VramledgerPeer::on_gpu(backend, front ? ",front_cache_mb:1024" : ""));
+      vramledger_peers.push_back(VramledgerPeer::on_gpu(backend, variant.conf));
     } catch (const Error& error) {
       if (error.code() == ErrorCode::kNotSupported) {
         note("allocator " + name, std::string("SKIPPED, not supported here: ") + error.what());
@@ -557,7 +564,8 @@ bool run_on_gpu(const RunLengths& lengths) {
     note("allocator " + name, peer.describe());
     // malloc_async is left out of the growth list: its pool is a second cache under the policy.
     all.push_back(cases_for(name, peer, *streams, lengths.fast_min_time_s,
-                            lengths.growth_iterations, true, backend != "malloc_async" && !front));
+                            lengths.growth_iterations, true,
+                            backend != "malloc_async" && variant.conf.empty()));
     ledgers.emplace_back(name, &peer);
   }
 

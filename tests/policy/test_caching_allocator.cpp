@@ -601,6 +601,68 @@ TEST(PagedHeapCrossStreamSlack, GrowsWithinTheSlackInsteadOfTakingAnotherStreams
   }
 }
 
+// cross_stream_cold_allocations: another stream's idle pages are taken only once that stream
+// has served that many allocations without needing them, or has gone quiet; until then the
+// requesting stream grows. Off (0), they are taken at once (slack 0 here: no growth first).
+TEST(PagedHeapCrossStreamCold, AnotherStreamsIdlePagesAreTakenOnlyOnceCold) {
+  for (const std::size_t cold : {std::size_t{0}, std::size_t{64}}) {
+    SCOPED_TRACE("cross_stream_cold_allocations " + std::to_string(cold));
+    SimulatedDevice device{SimulatedDeviceOptions{}};
+    Ledger ledger;
+    AllocatorOptions options;
+    options.cross_stream_slack_permille = 0;
+    options.cross_stream_cold_allocations = cold;
+    CachingAllocator allocator(device, &ledger, options);
+    const auto reserved = [&] {
+      return ledger.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+    };
+    constexpr auto kMiB64 = static_cast<std::int64_t>(kMiB);
+    const StreamHandle side = device.create_stream();
+    allocator.deallocate(allocator.allocate(8 * kMiB, side));  // 8 MiB idle on the side stream
+    const DevicePtr first = allocator.allocate(8 * kMiB, 0);
+    if (cold == 0) {
+      EXPECT_EQ(reserved(), 8 * kMiB64) << "the side stream's idle pages should have moved";
+      EXPECT_EQ(mapped_bytes_of(allocator, side), 0u);
+    } else {
+      EXPECT_EQ(reserved(), 16 * kMiB64) << "pages idle for 1 of 64 allocations were taken";
+      EXPECT_EQ(mapped_bytes_of(allocator, side), 8 * kMiB);
+      // 64 more allocations on the side stream (small pool: its large idle pages stay idle).
+      std::vector<DevicePtr> small;
+      for (int i = 0; i < 64; ++i) small.push_back(allocator.allocate(512, side));
+      const DevicePtr second = allocator.allocate(8 * kMiB, 0);
+      EXPECT_EQ(reserved(), 16 * kMiB64 + 2 * kMiB64) << "cold pages should have moved, not grown";
+      EXPECT_EQ(mapped_bytes_of(allocator, side), 2 * kMiB) << "the small pool's page stays";
+      for (const DevicePtr p : small) allocator.deallocate(p);
+      allocator.deallocate(second);
+    }
+    EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+    allocator.deallocate(first);
+  }
+}
+
+// A stream that allocates nothing more is quiet after 8 looks at other streams' pages: its idle
+// pages, however recently freed, are taken then.
+TEST(PagedHeapCrossStreamCold, AQuietStreamsIdlePagesAreTaken) {
+  SimulatedDevice device{SimulatedDeviceOptions{}};
+  Ledger ledger;
+  AllocatorOptions options;
+  options.cross_stream_slack_permille = 0;
+  options.cross_stream_cold_allocations = 1024;
+  CachingAllocator allocator(device, &ledger, options);
+  const StreamHandle side = device.create_stream();
+  allocator.deallocate(allocator.allocate(8 * kMiB, side));
+  std::vector<DevicePtr> live;
+  // Each needs pages beyond stream 0's own and looks at the side stream's: hot for 8 looks.
+  for (int look = 1; look <= 8; ++look) {
+    live.push_back(allocator.allocate(2 * kMiB, 0));
+    EXPECT_EQ(mapped_bytes_of(allocator, side), 8 * kMiB) << "look " << look;
+  }
+  live.push_back(allocator.allocate(8 * kMiB, 0));
+  EXPECT_EQ(mapped_bytes_of(allocator, side), 0u) << "the quiet stream's pages should have moved";
+  EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
+  for (const DevicePtr p : live) allocator.deallocate(p);
+}
+
 // place_by_mapped_pages: an allocation of 8 pages or more that would need new pages at the front
 // of a free block goes where the block's mapped pages are instead, and maps nothing; a smaller
 // one stays at the front (it would leave partly used pages behind it). A live 1 GiB block keeps
