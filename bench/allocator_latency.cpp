@@ -30,9 +30,11 @@ constexpr std::size_t kPatternLength = 4096;  // a power of two: the loop wraps 
 // A simulated H200 with an allocator and its ledger; `paged` picks the heap shape. Without
 // `with_ledger` the allocator reports to no observer: the policy's own cost and scaling.
 struct Rig {
-  explicit Rig(bool paged, bool front = false, bool with_ledger = true)
+  explicit Rig(bool paged, bool front = false, bool with_ledger = true,
+               std::size_t cold_allocations = 0)
       : device(device_options(paged)),
-        allocator(device, with_ledger ? &ledger : nullptr, allocator_options(front)) {
+        allocator(device, with_ledger ? &ledger : nullptr,
+                  allocator_options(front, cold_allocations)) {
     for (std::size_t i = 0; i < kMaxThreads; ++i) {
       streams[i] = i == 0 ? StreamHandle{0} : device.create_stream();
     }
@@ -46,9 +48,10 @@ struct Rig {
     options.supports_virtual_memory = paged;
     return options;
   }
-  static AllocatorOptions allocator_options(bool front) {
+  static AllocatorOptions allocator_options(bool front, std::size_t cold_allocations) {
     AllocatorOptions options;
     options.front_cache_bytes = front ? kFrontCacheBytes : 0;
+    options.cross_stream_cold_allocations = cold_allocations;
     return options;
   }
   SimulatedDevice device;
@@ -149,6 +152,13 @@ void MixedThreadsNoLedger(benchmark::State& state) {
   run_mixed(state, rigs[state.range(0) != 0 ? 1 : 0]);
 }
 
+// The paged heap's mixed ring on own streams with cross_stream_cold_allocs:1024
+// (docs/configuration.md): streams keep their working sets instead of trading idle pages.
+void MixedThreadsColdPages(benchmark::State& state) {
+  static Rig rig(true, false, true, 1024);
+  run_mixed(state, rig);
+}
+
 // Warm pairs of one size per thread (512 B, 64 KiB: the sizes a training step repeats).
 void PairThreads(benchmark::State& state) {
   const auto thread = static_cast<std::size_t>(state.thread_index());
@@ -179,6 +189,8 @@ BENCHMARK(MixedThreads)
     ->Threads(4)
     ->Threads(8)
     ->Threads(16)
+    ->UseRealTime();
+BENCHMARK(MixedThreadsColdPages)->Threads(1)->Threads(2)->Threads(4)->Threads(8)->Threads(16)
     ->UseRealTime();
 BENCHMARK(MixedThreadsNoLedger)
     ->ArgNames({"paged"})

@@ -115,8 +115,9 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
 inline void CachingAllocator::Impl::trim_free_mapped(PoolKind pool) {
   const int p = pool_index(pool);
   const std::size_t keep = options_.max_free_mapped_bytes / page_bytes_;
-  if (free_mapped_pages_[p] <= keep) return;
-  unmap_idle_chunks(pool, free_mapped_pages_[p] - keep, SIZE_MAX, /*wait=*/false,
+  const std::size_t free_mapped = free_mapped_pages(p);
+  if (free_mapped <= keep) return;
+  unmap_idle_chunks(pool, free_mapped - keep, SIZE_MAX, /*wait=*/false,
                     PageExclusion{});
   trim_free_physical(options_.max_free_physical_bytes);
 }

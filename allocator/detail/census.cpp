@@ -116,9 +116,9 @@ inline BlockCensus CachingAllocator::Impl::census() const {
                                           std::to_string(live_seen) + " active ones");
   }
   for (int p = 0; p < 2; ++p) {
-    if (free_mapped[p] != free_mapped_pages_[p]) {
+    if (free_mapped[p] != free_mapped_pages(p)) {
       throw Error(ErrorCode::kInternal, "free mapped page count is stale: counted " +
-                                            std::to_string(free_mapped_pages_[p]) + ", found " +
+                                            std::to_string(free_mapped_pages(p)) + ", found " +
                                             std::to_string(free_mapped[p]));
     }
     const auto held = static_cast<std::int64_t>(free_physical_pages_[p]);

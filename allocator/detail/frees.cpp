@@ -140,7 +140,7 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
   const std::size_t lo = std::max(page_of(range, freed_start), whole_first);
   const std::size_t hi = std::min(page_of(range, freed_end - 1) + 1, whole_last);
   if (hi > lo) {
-    free_mapped_pages_[pool_index(range.pool)] += range.count_mapped(lo, hi);
+    owner.free_mapped_pages[pool_index(range.pool)] += range.count_mapped(lo, hi);
     const std::size_t stamped = std::min(hi, range.page_idle_since.size());
     for (std::size_t page = lo; page < stamped; ++page) {
       range.page_idle_since[page] = owner.allocations;

@@ -44,7 +44,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
       span->set_retiring(*head, chunk.pages, true);
       owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle});
       ++retiring_mappings_;
-      free_mapped_pages_[p] -= chunk.pages;
+      owner.free_mapped_pages[p] -= chunk.pages;
       emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
            chunk.pages * page_bytes_);
       return chunk;

@@ -65,7 +65,7 @@ inline void CachingAllocator::Impl::back_with_pages(const Block& block, DevicePt
   const std::size_t hi = std::min(page_of(span, address + size - 1) + 1, whole_last);
   const std::size_t reused = hi > lo ? span.count_mapped(lo, hi) : 0;
   map_pages_for(span, address, size);
-  free_mapped_pages_[pool_index(span.pool)] -= reused;
+  span.owner->free_mapped_pages[pool_index(span.pool)] -= reused;
 }
 
 // What placing `size` bytes at `address` of `candidate` costs: whether the CPU would have to
@@ -155,7 +155,7 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
 // 1.02 without aliasing and 1.03 with it at every lag).
 inline bool CachingAllocator::Impl::idle_mapped_memory_is_plentiful(PoolKind pool) const {
   constexpr std::size_t kPlentifulIdlePercent = 3;
-  return free_mapped_pages_[pool_index(pool)] * page_bytes_ * 100 >=
+  return free_mapped_pages(pool_index(pool)) * page_bytes_ * 100 >=
          reserved_bytes_ * kPlentifulIdlePercent;
 }
 
@@ -253,7 +253,8 @@ inline void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr 
         } catch (...) {
           // What stays mapped lies wholly in the free block the allocation would have used.
           for (; undone < mapped_heads.size(); ++undone) {
-            free_mapped_pages_[pool_index(span.pool)] += span.chunk_pages(mapped_heads[undone]);
+            span.owner->free_mapped_pages[pool_index(span.pool)] +=
+                span.chunk_pages(mapped_heads[undone]);
           }
           throw;
         }
@@ -279,7 +280,7 @@ inline std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::
     return "unmapping the " + format_bytes_exact(pages * page_bytes_) + " at " + format_hex(va);
   });
   put_spare(span.pool, span.clear_chunk_mapped(head));
-  if (was_free) free_mapped_pages_[pool_index(span.pool)] -= pages;
+  if (was_free) span.owner->free_mapped_pages[pool_index(span.pool)] -= pages;
   emit(EventKind::kUnmap, span.pool, span.owner->stream, va, pages * page_bytes_);
   return pages;
 }
@@ -299,10 +300,12 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
   for (auto& heaps : streams_) {
     if (choice == StreamChoice::kOnly && heaps.get() != stream) continue;
     if (choice == StreamChoice::kOthersCold && heaps.get() == stream) continue;
+    if (heaps->free_mapped_pages[p] == 0) continue;
     for (AddressRange* span : heaps->ranges[p]) {
-      if (!span->is_span) continue;
+      if (!span->is_span || heaps->free_mapped_pages[p] == 0) continue;
       for (Block* b = span->first; b != nullptr; b = b->next) {
-        if (unmapped >= count || free_mapped_pages_[p] == 0) return unmapped;
+        if (unmapped >= count) return unmapped;
+        if (heaps->free_mapped_pages[p] == 0) break;
         if (b->state != BlockState::kFree) continue;
         const auto [first, last] = whole_pages(*span, b->address, b->end());
         if (first >= last || span->count_mapped(first, last) == 0) continue;

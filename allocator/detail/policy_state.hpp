@@ -292,6 +292,12 @@ class CachingAllocator::Impl {
   Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
                                                Block* best_fit) const;
   bool idle_mapped_memory_is_plentiful(PoolKind pool) const;
+  // Every stream's StreamHeaps::free_mapped_pages of pool `p`; under the allocator's lock.
+  std::size_t free_mapped_pages(int p) const {
+    std::size_t pages = 0;
+    for (const auto& heaps : streams_) pages += heaps->free_mapped_pages[p];
+    return pages;
+  }
   std::optional<Placement> tightest_mapped_run(const FreeBlockIndex& index,
                                                std::size_t size) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
@@ -451,8 +457,6 @@ class CachingAllocator::Impl {
   std::vector<PendingEvent> pending_;
   std::vector<EventHandle> spare_events_;
 
-  // Mapped pages wholly inside free blocks; the fast path changes them under a stream's lock.
-  std::atomic<std::size_t> free_mapped_pages_[2] = {0, 0};
   // Created, unmapped, ready to map: handles by chunk size in pages.
   std::map<std::size_t, std::vector<PhysicalHandle>> free_physical_[2];
   std::size_t free_physical_pages_[2] = {0, 0};

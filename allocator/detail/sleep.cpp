@@ -321,7 +321,7 @@ inline std::size_t CachingAllocator::Impl::release_sleeping_pages(
       }
       if (!releasable) continue;
       unmapped += unmap_chunk(*span, head, /*was_free=*/false) * page_bytes_;
-      free_mapped_pages_[pool_index(span->pool)] -= whole_free;
+      span->owner->free_mapped_pages[pool_index(span->pool)] -= whole_free;
     }
   }
   trim_free_physical(0);

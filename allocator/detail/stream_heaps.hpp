@@ -63,6 +63,10 @@ struct StreamHeaps {
     PhysicalHandle handle;  // now also mapped at the new address
   };
   std::vector<RetiringMapping> retiring;
+  // Mapped pages of this stream's spans lying wholly in free blocks, per pool (retiring ones
+  // not counted): kept per stream, under `mutex`, so that the fast paths of different streams
+  // share no counter (Impl::free_mapped_pages sums them under the allocator's lock).
+  std::size_t free_mapped_pages[2] = {0, 0};
   // The stream's clock: allocations served on it so far (under `mutex`). A page freed at clock
   // c is cold for other streams once the clock passes c + kColdAllocations: the stream went on
   // allocating without needing it (Impl::chunk_is_cold).
