@@ -36,12 +36,20 @@ namespace {
 constexpr int kThreads = 16;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 
-enum class Heap { kSegment, kPaged };
+// kPagedCold: the paged heap with cross_stream_cold_allocs (docs/configuration.md), low enough
+// that the stamps and quiet-stream looks decide often.
+enum class Heap { kSegment, kPaged, kPagedCold };
+
+AllocatorOptions allocator_options(Heap heap) {
+  AllocatorOptions options;
+  if (heap == Heap::kPagedCold) options.cross_stream_cold_allocations = 64;
+  return options;
+}
 
 SimulatedDeviceOptions device_options(Heap heap) {
   SimulatedDeviceOptions options;
   options.capacity_bytes = 64 * kGiB;
-  options.supports_virtual_memory = heap == Heap::kPaged;
+  options.supports_virtual_memory = heap != Heap::kSegment;
   return options;
 }
 
@@ -105,7 +113,7 @@ TEST_P(StreamLocksConcurrent, OwnStreamAllocationsDoNotWaitForEachOther) {
   const StreamHandle a = device.create_stream();
   const StreamHandle b = device.create_stream();
   Rendezvous observer(a, b);
-  CachingAllocator allocator(device, &observer);
+  CachingAllocator allocator(device, &observer, allocator_options(GetParam()));
   constexpr std::size_t kBytes = std::size_t{1} << 20;
   // Both blocks live at once: neither stream's pages can go to the other (paged heap).
   const DevicePtr warm_a = allocator.allocate(kBytes, a);
@@ -132,7 +140,7 @@ TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
   const StreamHandle a = device.create_stream();
   const StreamHandle b = device.create_stream();
   Rendezvous observer(a, b);
-  CachingAllocator allocator(device, &observer);
+  CachingAllocator allocator(device, &observer, allocator_options(Heap::kPaged));
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   // On b: a 6 MiB block whose pages are unmapped (the best fit for 6 MiB) and an 8 MiB block
   // still mapped, kept apart by live blocks.
@@ -167,7 +175,7 @@ TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
 TEST_P(StreamLocksConcurrent, PeaksOfMixedSizesOnOwnStreamsAreExact) {
   SimulatedDevice device(device_options(GetParam()));
   Ledger ledger;
-  CachingAllocator allocator(device, &ledger);
+  CachingAllocator allocator(device, &ledger, allocator_options(GetParam()));
   std::vector<StreamHandle> streams;
   for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
   const std::uint64_t seed = env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026);
@@ -270,7 +278,7 @@ TEST_P(StreamLocksConcurrent, StreamShardsKeepEachPhasesPeaksExact) {
   LedgerOptions ledger_options;
   ledger_options.trace_capacity = std::size_t{1} << 20;
   Ledger ledger(ledger_options);
-  CachingAllocator allocator(device, &ledger);
+  CachingAllocator allocator(device, &ledger, allocator_options(GetParam()));
   std::vector<StreamHandle> streams;
   for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
   const std::uint64_t seed = env_u64("VRAMLEDGER_STRESS_SEED", 0x5eed'2026);
@@ -420,7 +428,7 @@ TEST_P(StreamLocksConcurrent, SixteenThreadsOfRandomOperationsKeepTheBooksExact)
   ledger_options.trace_capacity = std::clamp<std::uint64_t>(
       ops * kThreads * 2, EventTrace::kDefaultCapacity, std::uint64_t{1} << 22);
   Ledger ledger(ledger_options);
-  CachingAllocator allocator(device, &ledger);
+  CachingAllocator allocator(device, &ledger, allocator_options(GetParam()));
   std::vector<StreamHandle> streams;
   for (int t = 0; t < kThreads; ++t) streams.push_back(device.create_stream());
   use_two_streams(allocator, streams);
@@ -515,9 +523,11 @@ TEST_P(StreamLocksConcurrent, SixteenThreadsOfRandomOperationsKeepTheBooksExact)
 }
 
 INSTANTIATE_TEST_SUITE_P(Heaps, StreamLocksConcurrent,
-                         testing::Values(Heap::kSegment, Heap::kPaged),
+                         testing::Values(Heap::kSegment, Heap::kPaged, Heap::kPagedCold),
                          [](const testing::TestParamInfo<Heap>& info) {
-                           return info.param == Heap::kPaged ? "paged" : "segment";
+                           return info.param == Heap::kPagedCold ? "paged_cold"
+                                  : info.param == Heap::kPaged   ? "paged"
+                                                                 : "segment";
                          });
 
 }  // namespace
