@@ -16,6 +16,7 @@
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
 //   detail/stream_fast_path.cpp  own-stream allocations and frees under the stream's lock alone
 //   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
+//   detail/sleep_host_copies.cpp  pinned host buffers of offloaded tags, kept between sleeps
 //   detail/pool_sleep.cpp      sleep and wake of a whole segment-heap pool (CUDA graph pools)
 //
 // The tiers are compiled as one translation unit (allocator/meson.build, Meson's unity build)
@@ -110,6 +111,7 @@ class CachingAllocator::Impl {
   SleepResult wake(std::span<const TagId> tags);
   std::vector<TagId> sleeping_tags() const;
   bool is_asleep(DevicePtr ptr) const;
+  // detail/sleep_host_copies.cpp
   void release_sleep_host_memory();
   std::size_t prepare_offload(std::span<const TagId> tags);
   std::size_t kept_sleep_host_bytes() const;
@@ -397,6 +399,7 @@ class CachingAllocator::Impl {
   void refresh_resident(SleepingBlock& sleeping);
   void refresh_all_resident(std::map<TagId, SleepingTag>* extra, std::span<const TagId> skip);
   void map_sleeping_blocks(const std::vector<SleepingBlock*>& blocks);
+  // The host copies of offloaded tags (detail/sleep_host_copies.cpp).
   std::size_t copy_out_to_host(SleepingTag& state);
   std::size_t copy_back_offloaded(const SleepingTag& state);
   HostBuffer take_host_buffer(std::size_t bytes);
