@@ -34,6 +34,7 @@ namespace vramledger::stress {
 namespace {
 
 constexpr int kThreads = 16;
+constexpr std::uint64_t kProgressFromOps = 200'000;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 
 // kPagedCold: the paged heap with cross_stream_cold_allocs (docs/configuration.md), low enough
@@ -446,6 +447,12 @@ TEST_P(StreamLocksConcurrent, SixteenThreadsOfRandomOperationsKeepTheBooksExact)
       std::mt19937_64 rng(seed * 7919 + static_cast<std::uint64_t>(t));
       std::vector<std::pair<DevicePtr, std::size_t>> mine;
       for (std::uint64_t step = 0; step < ops && failures.load() == 0; ++step) {
+        // Long runs (scripts/tsan_threads_long.sh) say how far they got, in case a limit stops
+        // them: thread 0 at every tenth.
+        if (t == 0 && ops >= kProgressFromOps && step % (ops / 10) == 0) {
+          std::fprintf(stderr, "[ progress ] thread 0: %llu of %llu operations\n",
+                       static_cast<unsigned long long>(step), static_cast<unsigned long long>(ops));
+        }
         try {
           const std::uint64_t choice = rng() % 1000;
           if (choice < 470 && mine.size() < 64) {
