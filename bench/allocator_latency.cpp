@@ -88,9 +88,12 @@ void FixedSize(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The same set as the GPU benchmark's counter (the ledger's maps, unmaps, device allocations
+// and frees), so the two calls_per_kpair columns compare.
 std::uint64_t page_calls(const SimulatedDevice& device) {
   return device.call_count(SimOp::kMapPages) + device.call_count(SimOp::kUnmapPages) +
-         device.call_count(SimOp::kCreatePhysical) + device.call_count(SimOp::kAllocateSegment);
+         device.call_count(SimOp::kCreatePhysical) + device.call_count(SimOp::kReleasePhysical) +
+         device.call_count(SimOp::kAllocateSegment) + device.call_count(SimOp::kFreeSegment);
 }
 
 // One iteration frees one of this thread's 64 live blocks and allocates its replacement.

@@ -141,9 +141,12 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
   const std::size_t hi = std::min(page_of(range, freed_end - 1) + 1, whole_last);
   if (hi > lo) {
     owner.free_mapped_pages[pool_index(range.pool)] += range.count_mapped(lo, hi);
-    const std::size_t stamped = std::min(hi, range.page_idle_since.size());
-    for (std::size_t page = lo; page < stamped; ++page) {
-      range.page_idle_since[page] = owner.allocations;
+    // Only chunk_is_cold reads the stamps, and only when the option is on.
+    if (options_.cross_stream_cold_allocations != 0) {
+      const std::size_t stamped = std::min(hi, range.page_idle_since.size());
+      for (std::size_t page = lo; page < stamped; ++page) {
+        range.page_idle_since[page] = owner.allocations;
+      }
     }
   }
   // Work queued on the stream so far may still touch these bytes.

@@ -134,7 +134,7 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
   constexpr int kCandidates = 5;
   Placement best = best_place_in(best_fit, size);
   index.for_each_fit(size, kCandidates, [&](Block* candidate) {
-    if (best.cost == std::pair{false, std::size_t{0}}) return;
+    if (best.needs_nothing()) return;
     const Placement place = best_place_in(candidate, size);
     if (place.cost < best.cost) best = place;
   });
@@ -302,7 +302,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
     if (choice == StreamChoice::kOthersCold && heaps.get() == stream) continue;
     if (heaps->free_mapped_pages[p] == 0) continue;
     for (AddressRange* span : heaps->ranges[p]) {
-      if (!span->is_span || heaps->free_mapped_pages[p] == 0) continue;
+      if (!span->is_span) continue;
       for (Block* b = span->first; b != nullptr; b = b->next) {
         if (unmapped >= count) return unmapped;
         if (heaps->free_mapped_pages[p] == 0) break;

@@ -177,7 +177,7 @@ inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
         if (!chunk && may_grow_instead_of_taking_from_other_streams(needed)) {
           chunk = create_chunk(pool, std::min(needed, chunk_pages), &shortage);
         }
-        if (!chunk && !looked_at_other_streams) {
+        if (!chunk && !looked_at_other_streams && options_.cross_stream_cold_allocations != 0) {
           note_look_at_other_streams();
           looked_at_other_streams = true;
         }

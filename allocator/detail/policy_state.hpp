@@ -288,6 +288,7 @@ class CachingAllocator::Impl {
     Block* block = nullptr;
     DevicePtr address = 0;
     std::pair<bool, std::size_t> cost;
+    bool needs_nothing() const { return cost == std::pair{false, std::size_t{0}}; }
   };
   Placement place_at(Block* candidate, DevicePtr address, std::size_t size) const;
   Placement best_place_in(Block* candidate, std::size_t size) const;

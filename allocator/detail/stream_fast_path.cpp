@@ -97,7 +97,7 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
     if (pages_to_map(*block->range, address, size) > 0) {
       if (!heaps->retiring.empty()) return 0;
       const Placement best = placement_needing_fewest_new_pages(index, size, block);
-      if (best.cost != std::pair{false, std::size_t{0}}) return 0;
+      if (!best.needs_nothing()) return 0;
       block = best.block;
       address = best.address;
     }
