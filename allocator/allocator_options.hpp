@@ -57,12 +57,19 @@ struct AllocatorOptions {
   // Paged heap: beyond the slack, another stream's idle pages are taken only once that stream
   // has served this many allocations since they became idle (or has made none over its last 8
   // looks: a quiet stream), and its pages still in use are aliased only from a quiet stream;
-  // 0 = any idle page is taken (the default). For many threads each allocating on its own
-  // stream, which otherwise hand pages back and forth under the allocator's lock (an unmap and a
-  // map each): 1024 cut the mixed ring's driver calls at 16 threads from 9.6-15 to 1.8 per
-  // thousand pairs (simulated device), while each stream keeps its working set: the corpus's
-  // two-stream trace went from 1.0099 to 1.0333 of peak requested (docs/configuration.md).
-  std::size_t cross_stream_cold_allocations = 0;
+  // 0 = any idle page is taken. The rule applies only while at least
+  // cross_stream_cold_streams streams allocate (below). For many threads each allocating on its
+  // own stream, which otherwise hand pages back and forth under the allocator's lock (an unmap
+  // and a map each): 1024 cut the mixed ring's driver calls at 16 threads from 9.6-15 to 1.8 per
+  // thousand pairs (simulated device), while each stream keeps its working set.
+  std::size_t cross_stream_cold_allocations = 1024;
+  // The cold rule applies while at least this many streams allocate (the one asking, and those
+  // that allocated within the last 8 looks at other streams); 2 or less = always. Two streams
+  // that pass work to each other (a side stream making the main stream's inputs) trade pages
+  // within the slack at a step's pace: under the rule each keeps its working set and the corpus's
+  // two-stream trace went from 1.0099 to 1.0333 of peak requested, hence 3 by default
+  // (docs/configuration.md).
+  std::size_t cross_stream_cold_streams = 3;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
   // Segment heap: never split a block, so every allocation owns a whole segment sized to it

@@ -35,6 +35,7 @@ constexpr std::size_t kLargestSpanBytes = 2 * kLargestDeviceBytes;
 constexpr std::size_t kLargestSlackPermille = 100000;
 // A stream's idle page that 2^40 of its allocations have not needed is cold by any measure.
 constexpr std::size_t kLargestColdAllocations = std::size_t{1} << 40;
+constexpr std::size_t kLargestColdStreams = std::size_t{1} << 20;
 
 constexpr std::array<std::string_view, 5> kBackends = {"auto", "simulated", "cuda_malloc", "vmm",
                                                        "malloc_async"};
@@ -61,8 +62,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 22>& key_table() {
-  static const std::array<KeySpec, 22> table = {{
+const std::array<KeySpec, 23>& key_table() {
+  static const std::array<KeySpec, 23> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -125,6 +126,11 @@ const std::array<KeySpec, 22>& key_table() {
        ValueKind::kSize,
        {&AllocatorOptions::cross_stream_cold_allocations, 1, "allocations", nullptr, false,
         false, kLargestColdAllocations, "no stream makes that many allocations"}},
+      {"cross_stream_cold_streams",
+       "cross_stream_cold_streams",
+       ValueKind::kSize,
+       {&AllocatorOptions::cross_stream_cold_streams, 1, "streams", nullptr, false, false,
+        kLargestColdStreams, "no process allocates on that many streams at once"}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,

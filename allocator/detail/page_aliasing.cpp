@@ -58,9 +58,9 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_other_streams_
     StreamHeaps& requester, PoolKind pool, std::size_t max_pages, const PageExclusion& exclusion) {
   for (auto& heaps : streams_) {
     if (heaps.get() == &requester) continue;
-    // With cross_stream_cold_allocations, pages freed so recently that the GPU may still use
-    // them are cold only on a quiet stream.
-    if (options_.cross_stream_cold_allocations != 0 && !stream_is_quiet(*heaps)) continue;
+    // Under the cold rule, pages freed so recently that the GPU may still use them are cold
+    // only on a quiet stream.
+    if (cold_rule_applies_ && !stream_is_quiet(*heaps)) continue;
     if (auto chunk = alias_pending_chunk(*heaps, pool, max_pages, exclusion, &requester)) {
       return chunk;
     }

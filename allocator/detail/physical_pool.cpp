@@ -121,13 +121,21 @@ inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_stream
 // otherwise hand pages back and forth at the margin of each one's working set, an unmap and a
 // map under the allocator's lock each time: the mixed ring on 16 threads made 53 driver calls
 // per thousand pairs on the H200 host's CPU (bench/results/gpu/2026-12-02-h200-session-11.md).
-inline void CachingAllocator::Impl::note_look_at_other_streams() {
+// The rule applies while at least cross_stream_cold_streams streams allocate: the one asking
+// and every stream that is not quiet. Two streams passing work to each other keep trading
+// within the slack (AllocatorOptions::cross_stream_cold_streams says why).
+inline void CachingAllocator::Impl::note_look_at_other_streams(const StreamHeaps& requester) {
   ++looks_at_other_streams_;
+  std::size_t allocating = 0;
   for (auto& heaps : streams_) {
-    if (heaps->allocations == heaps->allocations_at_look) continue;
-    heaps->allocations_at_look = heaps->allocations;
-    heaps->look_when_moved = looks_at_other_streams_;
+    if (heaps->allocations != heaps->allocations_at_look) {
+      heaps->allocations_at_look = heaps->allocations;
+      heaps->look_when_moved = looks_at_other_streams_;
+    }
+    if (heaps.get() == &requester || !stream_is_quiet(*heaps)) ++allocating;
   }
+  cold_rule_applies_ = options_.cross_stream_cold_allocations != 0 &&
+                       allocating >= options_.cross_stream_cold_streams;
 }
 
 inline bool CachingAllocator::Impl::stream_is_quiet(const StreamHeaps& heaps) const {
@@ -139,7 +147,7 @@ inline bool CachingAllocator::Impl::chunk_is_cold(const StreamHeaps& heaps,
                                                   const AddressRange& span, std::size_t head,
                                                   std::size_t pages) const {
   const std::uint64_t cold_after = options_.cross_stream_cold_allocations;
-  if (cold_after == 0 || stream_is_quiet(heaps)) return true;
+  if (!cold_rule_applies_ || stream_is_quiet(heaps)) return true;
   for (std::size_t page = head; page < head + pages; ++page) {
     if (heaps.allocations - span.page_idle_since[page] < cold_after) return false;
   }
@@ -178,7 +186,7 @@ inline std::vector<PhysicalChunk> CachingAllocator::Impl::acquire_physical(
           chunk = create_chunk(pool, std::min(needed, chunk_pages), &shortage);
         }
         if (!chunk && !looked_at_other_streams && options_.cross_stream_cold_allocations != 0) {
-          note_look_at_other_streams();
+          note_look_at_other_streams(owner);
           looked_at_other_streams = true;
         }
         if (!chunk && unmap_idle_chunks(pool, needed, needed, /*wait=*/false, exclusion,

@@ -326,7 +326,7 @@ class CachingAllocator::Impl {
                                             std::string* shortage);
   std::size_t chunk_pages_for(std::size_t run_pages) const;
   bool may_grow_instead_of_taking_from_other_streams(std::size_t pages) const;
-  void note_look_at_other_streams();
+  void note_look_at_other_streams(const StreamHeaps& requester);
   bool stream_is_quiet(const StreamHeaps& heaps) const;
   bool chunk_is_cold(const StreamHeaps& heaps, const AddressRange& span, std::size_t head,
                      std::size_t pages) const;
@@ -450,6 +450,9 @@ class CachingAllocator::Impl {
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
   std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams
+  // Whether the last look found enough streams allocating for the cold rule (chunk_is_cold);
+  // read only after a look, in the same acquire_physical.
+  bool cold_rule_applies_ = false;
   SplitDelta pending_split_;  // see note_split_change; the fast path keeps its own
 
   ShardedBlockMap live_;  // allocated and pending-free blocks by start address

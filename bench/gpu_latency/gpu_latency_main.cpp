@@ -536,7 +536,8 @@ bool run_on_gpu(const RunLengths& lengths) {
   std::vector<std::unique_ptr<VramledgerPeer>> vramledger_peers;
   std::vector<std::pair<std::string, VramledgerPeer*>> ledgers;
   // -front: per-thread front caches large enough for every pair size (256 MiB blocks enter).
-  // -cold: another stream's idle pages taken only once cold (docs/configuration.md).
+  // -trade: another stream's idle pages taken at once beyond the slack, however many streams
+  // allocate (cross_stream_cold_allocs:0, the default before 2026-12-02; docs/configuration.md).
   struct Variant {
     std::string backend;
     bool front;
@@ -544,7 +545,7 @@ bool run_on_gpu(const RunLengths& lengths) {
   };
   for (const Variant& variant : {Variant{"vmm", false, "", ""},
                                  Variant{"vmm", true, "-front", ",front_cache_mb:1024"},
-                                 Variant{"vmm", false, "-cold", ",cross_stream_cold_allocs:1024"},
+                                 Variant{"vmm", false, "-trade", ",cross_stream_cold_allocs:0"},
                                  Variant{"cuda_malloc", false, "", ""},
                                  Variant{"cuda_malloc", true, "-front", ",front_cache_mb:1024"},
                                  Variant{"malloc_async", false, "", ""}}) {

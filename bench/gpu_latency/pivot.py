@@ -33,7 +33,7 @@ STREAMS = "4 streams"
 THREAD_COUNTS = [1, 2, 4, 8, 16]
 GROWTH_CASES = ["1GiB", "8GiB"]
 # Rows in this order first; anything else (e.g. the simulated dry run's) after, as found.
-ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-vmm-front", "vramledger-vmm-cold",
+ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-vmm-front", "vramledger-vmm-trade",
                    "vramledger-cuda_malloc", "vramledger-cuda_malloc-front", "vramledger-malloc_async",
                    "torch-native", "torch-expandable", "cudaMallocAsync", "cudaMalloc"]
 REFERENCES = ["torch-native", "cudaMallocAsync"]

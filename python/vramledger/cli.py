@@ -105,6 +105,8 @@ _CONF_SIZES = {
                                     100000),
     "cross_stream_cold_allocs": ("cross_stream_cold_allocs", 1, "allocations", False, False,
                                  False, 1 << 40),
+    "cross_stream_cold_streams": ("cross_stream_cold_streams", 1, "streams", False, False,
+                                  False, 1 << 20),
     "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
     "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
     "front_cache_mb": ("front_cache_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),

@@ -265,7 +265,9 @@ CONF_CASES = [
     "cross_stream_slack_pct:10001", "cross_stream_slack_permille:5",
     "cross_stream_slack_permille:100000", "cross_stream_slack_permille:100001",
     "cross_stream_slack_pct:1,cross_stream_slack_permille:5", "cross_stream_cold_allocs:1024",
-    "cross_stream_cold_allocs:1099511627777", "round_bytes:5 12", "round_bytes=512", "round_bytes:512,",
+    "cross_stream_cold_allocs:1099511627777",
+    "cross_stream_cold_streams:3", "cross_stream_cold_streams:1048577", "round_bytes:5 12",
+    "round_bytes=512", "round_bytes:512,",
     ",round_bytes:512", "round_bytes:1.5", "round_bytes:0x200", "round_bytes:+512",
     " round_bytes : 1024 , cap_mb:64 ", "round_bytes:512:1", "large_segment_mb:\u0661",
 ]

@@ -612,6 +612,7 @@ TEST(PagedHeapCrossStreamCold, AnotherStreamsIdlePagesAreTakenOnlyOnceCold) {
     AllocatorOptions options;
     options.cross_stream_slack_permille = 0;
     options.cross_stream_cold_allocations = cold;
+    options.cross_stream_cold_streams = 2;  // the rule with two streams (default: from three)
     CachingAllocator allocator(device, &ledger, options);
     const auto reserved = [&] {
       return ledger.counters().pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
@@ -648,6 +649,7 @@ TEST(PagedHeapCrossStreamCold, AQuietStreamsIdlePagesAreTaken) {
   AllocatorOptions options;
   options.cross_stream_slack_permille = 0;
   options.cross_stream_cold_allocations = 1024;
+  options.cross_stream_cold_streams = 2;
   CachingAllocator allocator(device, &ledger, options);
   const StreamHandle side = device.create_stream();
   allocator.deallocate(allocator.allocate(8 * kMiB, side));
@@ -661,6 +663,38 @@ TEST(PagedHeapCrossStreamCold, AQuietStreamsIdlePagesAreTaken) {
   EXPECT_EQ(mapped_bytes_of(allocator, side), 0u) << "the quiet stream's pages should have moved";
   EXPECT_TRUE(check_consistency(ledger, allocator.census()).ok());
   for (const DevicePtr p : live) allocator.deallocate(p);
+}
+
+// By default the cold rule (1024 allocations) applies only while three streams or more allocate:
+// two streams take each other's idle pages at once beyond the slack, as before the rule; once a
+// third stream allocates between the looks, recently freed pages stay with their stream.
+TEST(PagedHeapCrossStreamCold, TheDefaultRuleAppliesFromThreeAllocatingStreams) {
+  for (const int streams : {2, 3}) {
+    SCOPED_TRACE(std::to_string(streams) + " streams allocating");
+    SimulatedDevice device{SimulatedDeviceOptions{}};
+    Ledger ledger;
+    AllocatorOptions options;
+    ASSERT_EQ(options.cross_stream_cold_allocations, 1024u);
+    ASSERT_EQ(options.cross_stream_cold_streams, 3u);
+    options.cross_stream_slack_permille = 0;
+    CachingAllocator allocator(device, &ledger, options);
+    const StreamHandle side = device.create_stream();
+    const StreamHandle third = device.create_stream();
+    std::vector<DevicePtr> third_live;
+    if (streams == 3) third_live.push_back(allocator.allocate(512, third));
+    allocator.deallocate(allocator.allocate(8 * kMiB, side));  // 8 MiB idle on the side stream
+    const DevicePtr p = allocator.allocate(8 * kMiB, 0);
+    if (streams == 2) {
+      EXPECT_EQ(mapped_bytes_of(allocator, side), 0u) << "two streams: pages taken at once";
+    } else {
+      EXPECT_EQ(mapped_bytes_of(allocator, side), 8 * kMiB)
+          << "three streams allocating: the side stream's hot pages should have stayed";
+    }
+    const ConsistencyReport report = check_consistency(ledger, allocator.census());
+    EXPECT_TRUE(report.ok()) << report.to_string();
+    allocator.deallocate(p);
+    for (const DevicePtr q : third_live) allocator.deallocate(q);
+  }
 }
 
 // place_by_mapped_pages: an allocation of 8 pages or more that would need new pages at the front
