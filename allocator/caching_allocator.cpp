@@ -3,6 +3,7 @@
 // shared state in detail/policy_state.hpp; docs/design.md describes the walk.
 #include "allocator/caching_allocator.hpp"
 
+#include <bit>
 #include <mutex>
 
 #include "allocator/detail/policy_state.hpp"
@@ -45,6 +46,10 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
     max_chunk_pages_ = std::max<std::size_t>(1, options_.map_chunk_bytes / page_bytes_);
     span_bytes_[pool_index(PoolKind::kSmall)] =
         round_up(std::max(page_bytes_, large_span / 8), page_bytes_);
+    // Each stream's blocks lie in spans of its own, the smaller ones span_bytes_[small] long:
+    // regions no longer than that hold, mostly, one stream's blocks (ShardedBlockMap).
+    const std::size_t small_span = span_bytes_[pool_index(PoolKind::kSmall)];
+    live_.shard_by_region(static_cast<unsigned>(std::bit_width(small_span) - 1));
   }
 }
 
