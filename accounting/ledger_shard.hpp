@@ -58,7 +58,9 @@ inline constexpr std::size_t kSplitBytes = 4;
 // aggregate's, of its stream's allocation count and of the untagged tag's. So the fast path
 // checks and moves three credits, not twenty counters; a cell's credit is counted in the
 // `outstanding` of every counter it stands for, and granted within the smallest headroom.
-class LedgerShard final : public ObserverShard {
+// Cache-line aligned: each stream's thread writes its shard at every operation, and two shards
+// allocated side by side would otherwise share the line between one's end and the other's start.
+class alignas(64) LedgerShard final : public ObserverShard {
  public:
   static constexpr std::size_t kStreams = 4;   // streams a shard counts for itself
   static constexpr std::size_t kStaged = 128;  // trace records held before a fold

@@ -180,14 +180,14 @@ class CachingAllocator::Impl {
   // heap's cross-stream slack only: the segment heap skips the shared cache line.
   void add_active(std::size_t bytes) {
     if (!paged_) return;
-    const std::size_t now = active_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::size_t peak = peak_active_bytes_.load(std::memory_order_relaxed);
+    const std::size_t now = active_.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t peak = active_.peak.load(std::memory_order_relaxed);
     while (now > peak &&
-           !peak_active_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+           !active_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
   }
   void sub_active(std::size_t bytes) {
-    if (paged_) active_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+    if (paged_) active_.current.fetch_sub(bytes, std::memory_order_relaxed);
   }
 
   // Inactive split changes wait for the event of the operation that caused them and travel on
@@ -444,9 +444,15 @@ class CachingAllocator::Impl {
   std::size_t span_bytes_[2] = {0, 0};
   std::size_t reserved_bytes_ = 0;
   // Bytes of active blocks (allocated, or freed and awaiting other streams) and their peak: the
-  // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams).
-  std::atomic<std::size_t> active_bytes_{0};
-  std::atomic<std::size_t> peak_active_bytes_{0};
+  // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams). Every
+  // paged operation of every thread writes them, so they get a cache line of their own: beside
+  // the read-mostly fields above (paged_, page_bytes_, options_), each write made the other
+  // cores miss on those at their next operation.
+  struct alignas(64) ActiveBytes {
+    std::atomic<std::size_t> current{0};
+    std::atomic<std::size_t> peak{0};
+  };
+  ActiveBytes active_;
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
   std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams

@@ -29,7 +29,9 @@ struct SplitDelta {
   bool empty() const { return count == 0 && bytes == 0; }
 };
 
-struct StreamHeaps {
+// Cache-line aligned: each stream's thread writes its heaps at every operation (the lock at the
+// start, the counters at the end), and two allocated side by side would share a line.
+struct alignas(64) StreamHeaps {
   // The stream's lock. The per-stream fast path (detail/stream_fast_path.cpp) takes it alone;
   // every other operation takes it as part of the allocator's lock (StreamLocks). Only
   // published heaps have one in use.
