@@ -28,7 +28,14 @@ from typing import Dict, Iterator, List, Optional
 from . import layout, record_locks
 from .shm_file import BoardError, open_board_file
 
-_TORN_READ_RETRIES = 200
+# A torn copy (the writer is mid-publish) is retried at once a few times, then with pauses
+# doubling up to 5 ms, for up to a quarter second of wall time. A count of retries (200, every
+# 0.1 ms) gave up after ~20 ms, shorter than a writer descheduled mid-publish waits on a loaded
+# machine: with both cores busy, a live slot was left out of a read now and then.
+_TORN_READ_QUICK_RETRIES = 3
+_TORN_READ_FIRST_PAUSE_S = 0.0001
+_TORN_READ_LONGEST_PAUSE_S = 0.005
+_TORN_READ_PATIENCE_S = 0.25
 
 
 @dataclass
@@ -204,17 +211,24 @@ class Board:
 
     def _read_slot(self, index: int) -> Optional[layout.Slot]:
         offset = layout.slot_offset(index)
-        error: Optional[layout.BoardFormatError] = None
-        for attempt in range(_TORN_READ_RETRIES):
+        attempt = 0
+        pause = _TORN_READ_FIRST_PAUSE_S
+        deadline: Optional[float] = None
+        while True:
             data = bytes(self._map[offset:offset + layout.SLOT_SIZE])
             try:
                 return layout.decode_slot(index, data)
-            except layout.BoardFormatError as failure:
-                error = failure
-                if attempt > 2:
-                    time.sleep(0.0001)
-        assert error is not None
-        raise error
+            except layout.BoardFormatError:
+                attempt += 1
+                if attempt <= _TORN_READ_QUICK_RETRIES:
+                    continue
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + _TORN_READ_PATIENCE_S
+                elif now >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, _TORN_READ_LONGEST_PAUSE_S)
 
     def read(self) -> BoardView:
         """The live slots (every figure validated). A slot no live process holds is ignored and
