@@ -36,7 +36,9 @@ struct PageMapping {
   std::size_t head = 0;
 };
 
-struct AddressRange {
+// Cache-line aligned: its stream's operations write it (active_blocks, the page maps), and
+// ranges of different streams, created one after another, would otherwise share lines.
+struct alignas(64) AddressRange {
   DevicePtr base = 0;
   std::size_t size = 0;
   StreamHeaps* owner = nullptr;
