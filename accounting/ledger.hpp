@@ -168,6 +168,9 @@ class Ledger final : public AllocatorObserver {
   // shard holds, taken without the ledger's mutex.
   bool take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
                          std::int64_t& credit) noexcept;
+  bool take_stream_spare_credit(std::size_t entry, std::size_t kind, std::int64_t need,
+                                std::int64_t& credit) noexcept;
+  void revoke_stream_spare_locked(std::size_t entry, std::size_t kind) noexcept;
   void give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept;
   void return_spare_credit_locked(LedgerShard& shard) noexcept;
   void gather_spare_credit_locked() noexcept;
@@ -256,6 +259,14 @@ class Ledger final : public AllocatorObserver {
     std::array<std::atomic<std::int64_t>, kAmountKinds> credit{};
   };
   std::array<SpareCell, LedgerShard::kSpareCells> spare_credit_{};
+  // The same per stream, for the own-stream cells (counts, bytes, requests): a stream has
+  // several stream shards when threads contending on it got lanes of their own (the policy's
+  // detail/stream_lanes.cpp), and the room below the stream's peaks then moves between them
+  // through here as the pools' room does through spare_credit_.
+  struct alignas(64) StreamSpare {
+    std::array<std::atomic<std::int64_t>, kSplitCount> credit{};
+  };
+  std::array<StreamSpare, StreamUsageTable::kCapacity + 1> stream_spare_{};
 };
 
 }  // namespace vramledger

@@ -112,6 +112,7 @@ void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
     });
     if (counts) revoke_spare_cell_locked(c, kind);
   }
+  if (slot.kind == Slot::kStream) revoke_stream_spare_locked(slot.which, kind);
 }
 
 // Whether a raise by the ledger's own event keeps every fast counter provably at or below its
@@ -181,6 +182,9 @@ void Ledger::revoke_all_credit_locked() noexcept {
   }
   for (SpareCell& cell : spare_credit_) {
     for (auto& credit : cell.credit) credit.store(0, std::memory_order_relaxed);
+  }
+  for (StreamSpare& spare : stream_spare_) {
+    for (auto& credit : spare.credit) credit.store(0, std::memory_order_relaxed);
   }
   // Folded: deltas are zero, so nothing is outstanding any more.
   for (auto& pool : outstanding_pool_) pool.fill(0);
@@ -257,8 +261,25 @@ bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t 
   return true;
 }
 
-// Under the ledger's mutex and `shard`'s, the shard just folded: 1/`divisor` of each of its pool
-// and common credits goes to the spare. Only the holder changes, so `outstanding` does not.
+// The same for a stream's own counters (`entry`: its StreamUsageTable index), whose spare the
+// lanes of one stream share (stream_spare_).
+bool Ledger::take_stream_spare_credit(std::size_t entry, std::size_t kind, std::int64_t need,
+                                      std::int64_t& credit) noexcept {
+  std::atomic<std::int64_t>& spare = stream_spare_[entry].credit[kind];
+  need -= credit;
+  std::int64_t available = spare.load(std::memory_order_relaxed);
+  std::int64_t take = 0;
+  do {
+    if (available < need) return false;
+    take = need + (available - need) / 8;
+  } while (!spare.compare_exchange_weak(available, available - take, std::memory_order_relaxed));
+  credit += take;
+  return true;
+}
+
+// Under the ledger's mutex and `shard`'s, the shard just folded: 1/`divisor` of each of its pool,
+// common and own-stream credits goes to the spares. Only the holder changes, so `outstanding`
+// does not.
 void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
   for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
     for (std::size_t s = 0; s < shard.streams_used_; ++s) {
@@ -271,17 +292,28 @@ void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t diviso
       }
     }
   }
+  for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+    for (std::size_t k = 0; k < kSplitCount; ++k) {
+      ShardStat& share = shard.cells_[LedgerShard::kOwnStream][s][k];
+      const std::int64_t given = share.credit / divisor;
+      if (given <= 0) continue;
+      share.credit -= given;
+      stream_spare_[shard.streams_[s].entry].credit[k].fetch_add(given,
+                                                                 std::memory_order_relaxed);
+    }
+  }
 }
 
-// At a stream shard's fold: half its pool and common credit goes to the spare, where a stream
+// At a stream shard's fold: half its pool, common and own-stream credit goes to the spares, where a stream
 // that needs it finds it (a shard's frees add to its own credit, which would otherwise stay there
 // while other streams' raises go to the slow path).
 void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
   give_credit_to_spare_locked(shard, 2);
 }
 
-// At the slow path, every shard held and folded: every stream shard's pool and common credit
-// goes to the spare (each then takes what it needs), so no stream keeps room another lacks.
+// At the slow path, every shard held and folded: every stream shard's pool, common and own-stream
+// credit goes to the spares (each then takes what it needs), so no stream, nor a lane of one,
+// keeps room another lacks.
 void Ledger::gather_spare_credit_locked() noexcept {
   for (const auto& shard : shards_) {
     if (shard->for_stream_) give_credit_to_spare_locked(*shard, 1);
@@ -294,10 +326,22 @@ void Ledger::revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexce
   for_each_slot_of_spare(cell, kind, [&](const Slot& slot) { outstanding_of(slot) -= spare; });
 }
 
+// Every shard held: the spare credit of stream `entry`'s own counters of `kind` taken back.
+void Ledger::revoke_stream_spare_locked(std::size_t entry, std::size_t kind) noexcept {
+  const std::int64_t spare = stream_spare_[entry].credit[kind].exchange(0, std::memory_order_relaxed);
+  if (spare == 0) return;
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    if (kUsageKind[j] == kind) outstanding_stream_[entry][j] -= spare;
+  }
+}
+
 // Every shard held: all spare credit taken back (the last stream shard closed).
 void Ledger::revoke_spare_credit_locked() noexcept {
   for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
     for (std::size_t k = 0; k < kAmountKinds; ++k) revoke_spare_cell_locked(c, k);
+  }
+  for (std::size_t entry = 0; entry < stream_spare_.size(); ++entry) {
+    for (std::size_t k = 0; k < kSplitCount; ++k) revoke_stream_spare_locked(entry, k);
   }
 }
 

@@ -46,7 +46,12 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
     Cell& own = cells_[kOwnStream][share];
     for (std::size_t k = 0; k < kAmountKinds; ++k) {
       if (amounts[k] <= 0) continue;
-      if (k < kSplitCount && own[k].credit < amounts[k]) return false;  // nothing changed
+      // Short of the own stream's credit: its spare (another lane of the stream gave it).
+      if (k < kSplitCount && own[k].credit < amounts[k] &&
+          !ledger_.take_stream_spare_credit(streams_[share].entry, k, amounts[k],
+                                            own[k].credit)) {
+        return false;  // nothing changed
+      }
       // Short of shared credit: the ledger's spare, if it has enough (moved, not counted: the
       // event may still go to the slow path, and the credit is as good there).
       if (cell[k].credit < amounts[k] &&
@@ -315,16 +320,26 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
     // free the fast path declined): within that stream shard's credit it is counted as its
     // fast path would count it, and folded at once, rather than taking the room from the
     // shards' credit (make_room_locked), which sent the other streams' next events to the slow
-    // path in turn.
-    for (const auto& owned : shards_) {
-      LedgerShard& shard = *owned;
-      if (!shard.for_stream_ || shard.share_of(event.stream) == LedgerShard::kStreams) continue;
-      if (shard.try_apply(event)) {
-        fold_shard_locked(shard);
-        unlock_shards();
-        return;
+    // path in turn. A stream with lanes (threads contending on it: the policy's
+    // detail/stream_lanes.cpp) has several such shards; the event names its lane's
+    // (home_shard), tried first: counted in another lane's, it would spend credit that lane's
+    // next raise needs, sending that one to the slow path.
+    const auto counted_in = [&](LedgerShard& shard) {
+      if (!shard.for_stream_ || shard.share_of(event.stream) == LedgerShard::kStreams ||
+          !shard.try_apply(event)) {
+        return false;
       }
-      break;
+      fold_shard_locked(shard);
+      unlock_shards();
+      return true;
+    };
+    LedgerShard* home = nullptr;
+    for (const auto& owned : shards_) {
+      if (owned.get() == event.home_shard) home = owned.get();
+    }
+    if (home != nullptr && counted_in(*home)) return;
+    for (const auto& owned : shards_) {
+      if (owned.get() != home && counted_in(*owned)) return;
     }
   }
   make_room_locked(event);

@@ -55,6 +55,8 @@ enum class EventKind : std::uint8_t {
 
 const char* to_string(EventKind kind) noexcept;
 
+class ObserverShard;
+
 struct AllocatorEvent {
   EventKind kind;
   PoolKind pool = PoolKind::kLarge;
@@ -68,6 +70,10 @@ struct AllocatorEvent {
   // fast path sends one event per call; kInactiveSplitAdd/Remove remain for changes on their own.
   std::int32_t inactive_split_delta = 0;
   std::int64_t inactive_split_bytes_delta = 0;
+  // An allocation or free sent under the allocator's lock about a block of a stream (or lane of
+  // one) that has a stream shard (AllocatorObserver::open_stream_shard): that shard, where the
+  // observer may count it. Null otherwise. A hint: the observer checks that it is one of its own.
+  const ObserverShard* home_shard = nullptr;
 };
 
 // The part of an observer that one thread's front cache, or one stream's fast path, reports to

@@ -60,7 +60,10 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
   if (stream_path_.load(std::memory_order_acquire)) {
     if (const DevicePtr ptr = stream_allocate(bytes, size, pool, stream, tag)) return ptr;
   }
-  std::lock_guard lock(mutex_);
+  const bool waited = !mutex_.try_lock();
+  if (waited) mutex_.lock();
+  std::lock_guard lock(mutex_, std::adopt_lock);
+  if (waited) note_allocator_lock_waited();  // detail/stream_lanes.cpp
   return allocate_block_locked(bytes, size, pool, stream, tag)->address;
 }
 
@@ -85,7 +88,7 @@ inline Block* CachingAllocator::Impl::allocate_block_locked(std::size_t bytes, s
                                                             TagId tag) {
   refuse_if_asleep(tag, 0, "allocate");  // detail/sleep.cpp
   if (!pending_.empty()) process_completed_frees_locked();
-  StreamHeaps& heaps = heaps_for(stream);
+  StreamHeaps& heaps = heaps_for_thread(stream);  // its lane (detail/stream_lanes.cpp)
   Block* block = nullptr;
   try {
     block = allocate_once(heaps, pool, size);
@@ -118,7 +121,7 @@ inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::siz
   std::lock_guard lock(mutex_);
   refuse_if_asleep(tag, address, "allocate_at");  // detail/sleep.cpp
   if (!pending_.empty()) process_completed_frees_locked();
-  StreamHeaps& heaps = heaps_for(stream);
+  StreamHeaps& heaps = heaps_holding(stream, pool, address);
   Block* block = free_block_holding(heaps, pool, address, size);
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   if (block->range->is_span) back_with_pages(*block, address, size);  // throws, nothing changed
@@ -149,6 +152,7 @@ inline DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t byte
   block->range->active_blocks++;
   block->range->owner->allocations++;
   live_.insert(block->address, block);
+  split.home = block->range->owner->ledger_shard;
   emit_with(split, EventKind::kAlloc, block->range->pool, stream, block->address, block->size,
             bytes, tag);
   return block->address;
@@ -206,16 +210,19 @@ inline bool CachingAllocator::Impl::owns(DevicePtr ptr) const {
   return block != nullptr && block->state == BlockState::kAllocated;
 }
 
-inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
-  if (last_stream_ != nullptr && last_stream_->stream == stream) return *last_stream_;
+inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream, std::uint32_t lane) {
+  if (last_stream_ != nullptr && last_stream_->stream == stream && last_stream_->lane == lane) {
+    return *last_stream_;
+  }
   for (auto& heaps : streams_) {
-    if (heaps->stream == stream) {
+    if (heaps->stream == stream && heaps->lane == lane) {
       last_stream_ = heaps.get();
       return *heaps;
     }
   }
   streams_.push_back(std::make_unique<StreamHeaps>());
   streams_.back()->stream = stream;
+  streams_.back()->lane = lane;
   last_stream_ = streams_.back().get();
   // Locked now as the rest of the allocator's lock is; open to the fast path once it is released.
   if (stream_path_.load(std::memory_order_relaxed)) {
@@ -224,6 +231,18 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for(StreamHandle stream) {
     start_stream_path_locked();
   }
   return *last_stream_;
+}
+
+// The lane of `stream` whose `pool` ranges hold `address` (allocate_at), else lane 0's heaps.
+inline StreamHeaps& CachingAllocator::Impl::heaps_holding(StreamHandle stream, PoolKind pool,
+                                                          DevicePtr address) {
+  for (auto& heaps : streams_) {
+    if (heaps->stream != stream) continue;
+    for (const AddressRange* range : heaps->ranges[pool_index(pool)]) {
+      if (address >= range->base && address < range->end()) return *heaps;
+    }
+  }
+  return heaps_for(stream, 0);
 }
 
 // One attempt; throws OutOfMemoryError with nothing changed when memory is short.

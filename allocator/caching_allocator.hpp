@@ -50,6 +50,7 @@ struct BlockCensus {
   };
   PerPool pools[2];  // indexed by PoolKind
   std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
+  std::int64_t stream_heaps = 0;  // heaps in use: one per stream, one per lane of a stream
 };
 
 // Description of one address range and its blocks, for snapshots and reports.

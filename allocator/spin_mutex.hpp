@@ -36,6 +36,9 @@ class SpinMutex {
                                           std::memory_order_relaxed);
   }
 
+  // A hint only (relaxed, stale at once): whether some thread holds it now.
+  bool is_locked() const noexcept { return state_.load(std::memory_order_relaxed) != kUnlocked; }
+
   [[gnu::always_inline]] void unlock() noexcept {
     if (state_.exchange(kUnlocked, std::memory_order_release) == kContended) [[unlikely]] {
       wake_one();

@@ -22,21 +22,27 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
     uses.erase(std::remove(uses.begin(), uses.end(), stream), uses.end());
   });
   process_completed_frees_locked();
-  auto it = std::find_if(streams_.begin(), streams_.end(),
-                         [&](const auto& h) { return h->stream == stream; });
-  if (it == streams_.end()) return;
-  StreamHeaps& heaps = **it;
-  mark_all_frees_idle(heaps);
-  for (int p = 0; p < 2; ++p) release_idle_ranges(heaps, p, /*free_spans=*/true);
-  trim_free_physical(0);
-  if (heaps.ranges[0].empty() && heaps.ranges[1].empty()) {
+  // Every lane of the stream (detail/stream_lanes.cpp).
+  for (std::size_t i = 0; i < streams_.size();) {
+    StreamHeaps& heaps = *streams_[i];
+    if (heaps.stream != stream) {
+      ++i;
+      continue;
+    }
+    mark_all_frees_idle(heaps);
+    for (int p = 0; p < 2; ++p) release_idle_ranges(heaps, p, /*free_spans=*/true);
+    trim_free_physical(0);
+    if (!heaps.ranges[0].empty() || !heaps.ranges[1].empty()) {
+      ++i;
+      continue;
+    }
     if (last_stream_ == &heaps) last_stream_ = nullptr;
     if (heaps.open.load(std::memory_order_relaxed)) {
       // A fast path may be about to lock it: it stays, closed (stream_locks.hpp).
       withdraw_stream_locked(heaps);
-      withdrawn_streams_.push_back(std::move(*it));
+      withdrawn_streams_.push_back(std::move(streams_[i]));
     }
-    streams_.erase(it);
+    streams_.erase(streams_.begin() + static_cast<std::ptrdiff_t>(i));
   }
 }
 

@@ -125,6 +125,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
     census.pools[p].reserved_bytes += held * static_cast<std::int64_t>(page_bytes_);
     census.free_physical_pages += held;
   }
+  census.stream_heaps = static_cast<std::int64_t>(streams_.size());
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;
 }

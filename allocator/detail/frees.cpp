@@ -131,6 +131,7 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
   }
   index.insert(block);
   refresh_inactive_split(block, split);
+  split.home = owner.ledger_shard;
   emit_with(split, event.kind, event.pool, event.stream, event.address, event.size,
             event.requested, event.tag);
   if (!range.is_span) return;

@@ -15,6 +15,7 @@
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
 //   detail/stream_fast_path.cpp  own-stream allocations and frees under the stream's lock alone
+//   detail/stream_lanes.cpp    lanes: heaps of their own for threads contending on one stream
 //   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
 //   detail/sleep_host_copies.cpp  pinned host buffers of offloaded tags, kept between sleeps
 //   detail/pool_sleep.cpp      sleep and wake of a whole segment-heap pool (CUDA graph pools)
@@ -56,6 +57,7 @@
 #include "allocator/detail/sharded_block_map.hpp"
 #include "allocator/detail/sleep_state.hpp"
 #include "allocator/detail/stream_heaps.hpp"
+#include "allocator/detail/stream_lanes.hpp"
 #include "allocator/detail/stream_locks.hpp"
 #include "allocator/detail/thread_cache.hpp"
 #include "allocator/spin_mutex.hpp"
@@ -167,6 +169,7 @@ class CachingAllocator::Impl {
     event.requested = requested;
     event.inactive_split_delta = split.count;
     event.inactive_split_bytes_delta = split.bytes;
+    event.home_shard = split.home;
     ObserverShard* shard = split.shard;
     split = SplitDelta{};
     if (shard != nullptr) {
@@ -210,7 +213,8 @@ class CachingAllocator::Impl {
   }
   Block* free_block_holding(StreamHeaps& heaps, PoolKind pool, DevicePtr address,
                             std::size_t size);
-  StreamHeaps& heaps_for(StreamHandle stream);
+  StreamHeaps& heaps_for(StreamHandle stream, std::uint32_t lane);
+  StreamHeaps& heaps_holding(StreamHandle stream, PoolKind pool, DevicePtr address);
   Block* allocate_once(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   std::string describe_oom(std::size_t bytes, StreamHandle stream, const char* cause) const;
 
@@ -379,6 +383,17 @@ class CachingAllocator::Impl {
   void process_completed_frees_locked();
   std::size_t adopt_pending_frees(StreamHeaps& owner, PoolKind pool);
 
+  // ---- lanes: heaps of their own for threads contending on one stream (detail/stream_lanes.cpp)
+
+  static constexpr std::uint32_t kMaxLanes = 16;       // per stream
+  static constexpr std::size_t kSlotsKeptForStreams = 16;  // of StreamLocks::kSlots
+  static constexpr std::uint64_t kWaitsBeforeStreamPath = 64;
+  LaneChoice* lane_choice_of_thread(StreamHandle stream) const;
+  bool note_lane_lock(LaneChoice* choice, StreamHandle stream, bool waited);
+  StreamHeaps& heaps_for_thread(StreamHandle stream);
+  std::uint32_t new_lane_for(StreamHandle stream, std::uint32_t current) const;
+  void note_allocator_lock_waited();
+
   // ---- giving memory back (detail/cache_release.cpp)
 
   void release_cached_locked();
@@ -435,6 +450,8 @@ class CachingAllocator::Impl {
   // pay the shards' and the ledger's locks.
   bool stream_path_possible_ = false;
   std::atomic<bool> stream_path_{false};
+  // Allocations that found the allocator's lock held (note_allocator_lock_waited); under it.
+  std::uint64_t allocator_lock_waits_ = 0;
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;

@@ -79,9 +79,19 @@ inline bool CachingAllocator::Impl::stream_path_open_locked() const {
 inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std::size_t size,
                                                          PoolKind pool, StreamHandle stream,
                                                          TagId tag) {
-  StreamHeaps* heaps = mutex_.find(stream);
+  LaneChoice* lane = lane_choice_of_thread(stream);  // detail/stream_lanes.cpp
+  StreamHeaps* heaps = mutex_.find(stream, lane == nullptr ? 0 : lane->lane);
   if (heaps == nullptr) return 0;
-  std::lock_guard lock(heaps->mutex);
+  bool waited = !heaps->mutex.try_lock();
+  if (waited) {
+    heaps->mutex.lock();
+    // Held by the allocator's lock (growth, pages to map): no other thread of this lane.
+    waited = !mutex_.global_held();
+  }
+  std::lock_guard lock(heaps->mutex, std::adopt_lock);
+  // A thread that keeps waiting here for others of its lane gets a lane of its own, under the
+  // allocator's lock (detail/stream_lanes.cpp).
+  if (note_lane_lock(lane, stream, waited)) return 0;
   if (!heaps->open.load(std::memory_order_relaxed) || !stream_path_open_locked()) return 0;
   FreeBlockIndex& index = heaps->free[pool_index(pool)];
   Block* block = index.find(size);

@@ -1,4 +1,4 @@
-// One stream's share of a heap: its free lists, address ranges, fences and Block objects, and
+// One stream's (or one lane of a stream's) share of a heap: its free lists, address ranges, fences and Block objects, and
 // the lock that lets the stream's own operations run beside other streams' (docs/design.md 4).
 #pragma once
 
@@ -26,6 +26,9 @@ struct SplitDelta {
   // On the per-stream fast path: the stream's ledger shard, which gets the operation's event
   // instead of the observer's on_event (Impl::emit_with); null elsewhere.
   ObserverShard* shard = nullptr;
+  // Under the allocator's lock: the shard of the heaps the event's block belongs to (its
+  // AllocatorEvent::home_shard), or null.
+  const ObserverShard* home = nullptr;
   bool empty() const { return count == 0 && bytes == 0; }
 };
 
@@ -40,6 +43,10 @@ struct alignas(64) StreamHeaps {
   // may serve it. Written under `mutex`; read without it only as a hint.
   std::atomic<bool> open{false};
   StreamHandle stream = 0;
+  // Which of the stream's lanes these heaps are (detail/stream_lanes.cpp): 0, unless threads
+  // allocating on the one stream contended for its lock and were given heaps of their own. Set
+  // before the heaps are published, never changed.
+  std::uint32_t lane = 0;
   // The observer's shard for this stream while published (open_stream_shard), or null: the fast
   // path's events go there, under `mutex` and the shard's own mutex (docs/design.md 5.2).
   // Opened and closed under the allocator's lock.

@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "allocator/detail/stream_heaps.hpp"
 #include "allocator/spin_mutex.hpp"
@@ -32,6 +33,17 @@ class StreamLocks {
       }
     }
   }
+  // lock() if the global lock is free now; false (nothing taken) if another thread holds it.
+  bool try_lock() noexcept {
+    if (!global_.try_lock()) return false;
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < used; ++i) {
+      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
+        heaps->mutex.lock();
+      }
+    }
+    return true;
+  }
   void unlock() noexcept {
     for (std::size_t i = used_.load(std::memory_order_relaxed); i-- > 0;) {
       if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
@@ -41,15 +53,25 @@ class StreamLocks {
     global_.unlock();
   }
 
-  // The published heaps of `stream`, or nullptr; no lock taken or needed. The caller locks
-  // its mutex and checks `open` before using it.
-  StreamHeaps* find(StreamHandle stream) const noexcept {
+  // The published heaps of `stream`'s lane `lane`, or nullptr; no lock taken or needed. The
+  // caller locks its mutex and checks `open` before using it.
+  StreamHeaps* find(StreamHandle stream, std::uint32_t lane = 0) const noexcept {
     const std::size_t used = used_.load(std::memory_order_acquire);
     for (std::size_t i = 0; i < used; ++i) {
       if (slots_[i].stream.load(std::memory_order_relaxed) != stream) continue;
-      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_acquire)) return heaps;
+      StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_acquire);
+      if (heaps != nullptr && heaps->lane == lane) return heaps;
     }
     return nullptr;
+  }
+
+  // A hint: whether the allocator's lock is held (or being taken) now. A stream lock found held
+  // while it is was most likely held as part of it, not by another thread of the stream.
+  bool global_held() const noexcept { return global_.is_locked(); }
+
+  // Slots not yet given out (under lock()).
+  std::size_t slots_left() const noexcept {
+    return kSlots - used_.load(std::memory_order_relaxed);
   }
 
   // Under lock(): `heaps`, new and unlocked, gets a slot; it is locked now, as lock() would
