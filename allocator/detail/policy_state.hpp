@@ -391,7 +391,7 @@ class CachingAllocator::Impl {
   LaneChoice* lane_choice_of_thread(StreamHandle stream) const;
   bool note_lane_lock(LaneChoice* choice, StreamHandle stream, bool waited);
   StreamHeaps& heaps_for_thread(StreamHandle stream);
-  std::uint32_t new_lane_for(StreamHandle stream, std::uint32_t current) const;
+  std::uint32_t new_lane_for(StreamHandle stream, std::uint32_t current);
   void note_allocator_lock_waited();
 
   // ---- giving memory back (detail/cache_release.cpp)

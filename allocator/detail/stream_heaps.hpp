@@ -85,6 +85,9 @@ struct alignas(64) StreamHeaps {
   // clock has not moved for kQuietLooks looks is quiet: all its idle pages are cold.
   std::uint64_t allocations_at_look = 0;
   std::uint64_t look_when_moved = 0;
+  // Under the allocator's lock: the clock at the last choice of a lane for a thread of this
+  // stream (Impl::new_lane_for); a lane whose clock has not moved since is free to give again.
+  std::uint64_t allocations_at_lane_choice = 0;
 };
 
 }  // namespace vramledger

@@ -56,23 +56,35 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for_thread(StreamHandle stream
   return heaps_for(stream, choice->lane);
 }
 
-// Under the allocator's lock: the lowest lane number `stream` does not use yet, or `current`
-// when the stream has kMaxLanes lanes or the fast path's slots are running out (kept for
-// streams: a stream or lane without a slot is served under the allocator's lock only).
+// Under the allocator's lock: a lane of `stream` for a thread that waited too often on lane
+// `current`. Threads come and go (a benchmark's, a pool's), and their lanes stay: first a lane
+// that no thread has allocated from since the last such choice (its thread gone or moved on),
+// then a new one while the stream has fewer than kMaxLanes and the fast path's slots last (kept
+// for streams: a stream or lane without a slot is served under the allocator's lock only), else
+// the least busy one.
 inline std::uint32_t CachingAllocator::Impl::new_lane_for(StreamHandle stream,
-                                                          std::uint32_t current) const {
-  if (!stream_path_.load(std::memory_order_relaxed) ||
-      mutex_.slots_left() <= kSlotsKeptForStreams) {
-    return current;
-  }
+                                                          std::uint32_t current) {
+  if (!stream_path_.load(std::memory_order_relaxed)) return current;
   std::uint64_t used = 0;  // bit i: lane i exists
+  StreamHeaps* idlest = nullptr;
+  std::uint64_t idlest_allocations = UINT64_MAX;
   for (const auto& heaps : streams_) {
-    if (heaps->stream == stream && heaps->lane < kMaxLanes) used |= std::uint64_t{1} << heaps->lane;
+    if (heaps->stream != stream || heaps->lane >= kMaxLanes) continue;
+    used |= std::uint64_t{1} << heaps->lane;
+    const std::uint64_t since = heaps->allocations - heaps->allocations_at_lane_choice;
+    heaps->allocations_at_lane_choice = heaps->allocations;
+    if (heaps->lane != 0 && heaps->lane != current && since < idlest_allocations) {
+      idlest = heaps.get();
+      idlest_allocations = since;
+    }
   }
-  for (std::uint32_t lane = 1; lane < kMaxLanes; ++lane) {
-    if ((used & (std::uint64_t{1} << lane)) == 0) return lane;
+  if (idlest != nullptr && idlest_allocations == 0) return idlest->lane;
+  if (mutex_.slots_left() > kSlotsKeptForStreams) {
+    for (std::uint32_t lane = 1; lane < kMaxLanes; ++lane) {
+      if ((used & (std::uint64_t{1} << lane)) == 0) return lane;
+    }
   }
-  return current;
+  return idlest != nullptr ? idlest->lane : current;
 }
 
 // Under the allocator's lock, each time an allocation found it held by another thread: once

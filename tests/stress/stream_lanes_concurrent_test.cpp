@@ -85,6 +85,7 @@ class HoldingObserver final : public AllocatorObserver {
     std::lock_guard lock(mutex_);
     armed_ = true;
     last_round_ = last_round;
+    other_reported_ = met_ = false;
   }
   void wait_until_inside() {
     std::unique_lock lock(mutex_);
@@ -110,7 +111,8 @@ class HoldingObserver final : public AllocatorObserver {
 // Thread A allocates on stream s and is held inside the allocator with the lock of s's lane;
 // the test thread allocates on s meanwhile and waits for that lock, round after round. It then
 // gets a lane of its own (one more set of heaps in the census), and in the last round its
-// allocation on s goes through while A's is still held: it no longer waits for A's lane.
+// allocation on s goes through while A's is still held: it no longer waits for A's lane. Then
+// two threads in turn do the same and leave: the lane of one that left is given again.
 TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
   SimulatedDevice device(device_options(GetParam()));
   const StreamHandle s = device.create_stream();
@@ -167,15 +169,39 @@ TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
   // Warm the new lane (its first block grows it under the allocator's lock, which A's held
   // lane lock is part of), then the last round.
   allocator.deallocate(allocator.allocate(kBytes, s));
-  run_round(round, true);
+  run_round(round++, true);
+  EXPECT_TRUE(observer.met()) << "the allocation on s waited for the other thread's lane";
+  EXPECT_EQ(allocator.census().stream_heaps, heaps_before + 1);
+
+  // Threads come and go; their lanes stay, and are given again. Each newcomer below waits on
+  // lane 0 like the test thread did, then leaves. The first takes a new lane (the test thread's
+  // lane was in use since the last choice); the second finds the first's lane idle since.
+  std::vector<std::int64_t> heaps_after;
+  for (int newcomer = 0; newcomer < 2; ++newcomer) {
+    const std::int64_t before = allocator.census().stream_heaps;
+    std::thread visitor([&] {
+      // run_round's allocation, from this thread, until it got a lane (its own wait score).
+      for (int i = 0; i < 40 && allocator.census().stream_heaps == before; ++i) {
+        run_round(round++, false);
+        if (newcomer == 1 && i >= 17) break;  // reused a lane: the count does not move
+      }
+      allocator.deallocate(allocator.allocate(kBytes, s));
+      if (newcomer == 1) {
+        run_round(round++, true);
+        EXPECT_TRUE(observer.met()) << "the second newcomer still waited for another's lane";
+      }
+    });
+    visitor.join();
+    heaps_after.push_back(allocator.census().stream_heaps);
+  }
+  EXPECT_EQ(heaps_after[0], heaps_before + 2) << "the first newcomer got no lane of its own";
+  EXPECT_EQ(heaps_after[1], heaps_before + 2) << "the second newcomer did not reuse a lane";
   {
     std::lock_guard lock(mutex);
     round_started = 1000;
     changed.notify_all();
   }
   a.join();
-  EXPECT_TRUE(observer.met()) << "the allocation on s waited for the other thread's lane";
-  EXPECT_EQ(allocator.census().stream_heaps, heaps_before + 1);
   // release_stream gives every lane of the stream back.
   allocator.release_stream(s);
   EXPECT_EQ(allocator.census().stream_heaps, 1);
