@@ -196,9 +196,9 @@ void Ledger::revoke_all_credit_locked() noexcept {
 // Gives the event's cell of `shard` a share of the smallest headroom of the counters each of its
 // amounts stands for, so its next raises stay on its fast path while others keep some. A front
 // cache's shard gets half (the heap's own events, checked against the headroom without folding,
-// keep the rest). A stream's shard gets all the room of its own stream's counters (no other
-// shard counts them), and the room of its pool's, the aggregate's and the untagged tag's goes to
-// the spare credit, which every stream shard draws from as it needs (fair shares of it, fixed at
+// keep the rest). For a stream's shard, the room of its own stream's counters goes to that
+// stream's spare (its lanes' shards draw from it), and the room of its pool's, the aggregate's
+// and the untagged tag's goes to the spare credit, which every stream shard draws from as it needs (fair shares of it, fixed at
 // each slow path, ran out at four threads and more: a fifth of the mixed ring's events took the
 // slow path on the H200 host, bench/results/gpu/2026-12-02-h200-session-10.md).
 void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
@@ -211,7 +211,22 @@ void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event
     grant_cell_credit_locked(shard, p, s, kSplitCount, 2);
     return;
   }
-  grant_cell_credit_locked(shard, LedgerShard::kOwnStream, s, kSplitCount, 1);
+  // The own stream's room goes to that stream's spare, not to this shard: a stream with lanes
+  // has a shard per lane, and every slow path takes back the credit of the stream's counters it
+  // raises (make_room_locked); granted to one lane's shard, it left the other lanes none, and
+  // each of their next raises took the slow path in turn (7-10% of the shard events on the
+  // H200 host with 4-16 lanes).
+  const std::size_t entry = shard.streams_[s].entry;
+  for (std::size_t k = 0; k < kSplitCount; ++k) {
+    std::int64_t room = INT64_MAX;
+    for_each_slot_of_cell(shard, LedgerShard::kOwnStream, s, k, [&](const Slot& slot) {
+      room = std::min(room, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
+    });
+    if (room <= 0 || room == INT64_MAX) continue;
+    stream_spare_[entry].credit[k].fetch_add(room, std::memory_order_relaxed);
+    for_each_slot_of_cell(shard, LedgerShard::kOwnStream, s, k,
+                          [&](const Slot& slot) { outstanding_of(slot) += room; });
+  }
   for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
     for (std::size_t k = 0; k < kAmountKinds; ++k) {
       std::int64_t room = INT64_MAX;
