@@ -256,15 +256,12 @@ void Ledger::grant_cell_credit_locked(LedgerShard& shard, std::size_t c, std::si
 
 // ------------------------------------------------------------------ spare credit
 
-// On a stream shard's fast path, under its mutex only: at least `need` of the spare credit of
-// (cell, kind) into `credit`, with an eighth of what is left beyond it (so the next raises need
-// not come back), or false and nothing taken. The credit only changes hands: `outstanding`
-// counts it either way. Spare credit came from shards folded before they gave it (or from the
-// slow path, after folding all), so the trace holds every free that made it before any raise it
-// pays for (docs/design.md 5.2: the trace replays to the same peaks).
-bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
-                               std::int64_t& credit) noexcept {
-  std::atomic<std::int64_t>& spare = spare_credit_[cell].credit[kind];
+namespace {
+
+// At least `need` of `spare` into `credit`, with an eighth of what is left beyond it, or false
+// and nothing taken: one compare-exchange loop, no lock.
+bool take_from_spare(std::atomic<std::int64_t>& spare, std::int64_t need,
+                     std::int64_t& credit) noexcept {
   need -= credit;
   std::int64_t available = spare.load(std::memory_order_relaxed);
   std::int64_t take = 0;
@@ -276,20 +273,24 @@ bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t 
   return true;
 }
 
+}  // namespace
+
+// On a stream shard's fast path, under its mutex only: at least `need` of the spare credit of
+// (cell, kind) into `credit`, with an eighth of what is left beyond it (so the next raises need
+// not come back), or false and nothing taken. The credit only changes hands: `outstanding`
+// counts it either way. Spare credit came from shards folded before they gave it (or from the
+// slow path, after folding all), so the trace holds every free that made it before any raise it
+// pays for (docs/design.md 5.2: the trace replays to the same peaks).
+bool Ledger::take_spare_credit(std::size_t cell, std::size_t kind, std::int64_t need,
+                               std::int64_t& credit) noexcept {
+  return take_from_spare(spare_credit_[cell].credit[kind], need, credit);
+}
+
 // The same for a stream's own counters (`entry`: its StreamUsageTable index), whose spare the
 // lanes of one stream share (stream_spare_).
 bool Ledger::take_stream_spare_credit(std::size_t entry, std::size_t kind, std::int64_t need,
                                       std::int64_t& credit) noexcept {
-  std::atomic<std::int64_t>& spare = stream_spare_[entry].credit[kind];
-  need -= credit;
-  std::int64_t available = spare.load(std::memory_order_relaxed);
-  std::int64_t take = 0;
-  do {
-    if (available < need) return false;
-    take = need + (available - need) / 8;
-  } while (!spare.compare_exchange_weak(available, available - take, std::memory_order_relaxed));
-  credit += take;
-  return true;
+  return take_from_spare(stream_spare_[entry].credit[kind], need, credit);
 }
 
 // Under the ledger's mutex and `shard`'s, the shard just folded: 1/`divisor` of each of its pool,
