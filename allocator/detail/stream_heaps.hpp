@@ -1,5 +1,6 @@
-// One stream's (or one lane of a stream's) share of a heap: its free lists, address ranges, fences and Block objects, and
-// the lock that lets the stream's own operations run beside other streams' (docs/design.md 4).
+// One stream's share of a heap (or one lane's, detail/stream_lanes.cpp): its free lists, address
+// ranges, fences and Block objects, and the lock that lets the stream's own operations run
+// beside other streams' (docs/design.md 4).
 #pragma once
 
 #include <atomic>

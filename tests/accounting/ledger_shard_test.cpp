@@ -249,6 +249,58 @@ TEST(LedgerShard, SpareCreditPaysRaisesBelowThePeakOnAnyStream) {
   EXPECT_FALSE(ledger.inconsistent());
 }
 
+// Two stream shards of one stream (two lanes: threads contending on the stream got heaps of
+// their own, allocator/detail/stream_lanes.cpp). The room below the stream's peaks goes to the
+// stream's own spare at each slow path, so either lane's raises below the peak stay on its fast
+// path; before, the slow path gave it all to the asking lane, and the other's next raise went
+// slow in turn. Past the peak, the slow path, exact.
+TEST(LedgerShard, LanesOfOneStreamShareItsRoomBelowThePeak) {
+  Ledger ledger(quiet());
+  ObserverShard* lane_a = ledger.open_stream_shard();
+  ObserverShard* lane_b = ledger.open_stream_shard();
+  constexpr std::size_t kBlock = 64 * kKiB;
+  constexpr StreamHandle kStream = 5;
+  const auto on = [](EventKind kind, DevicePtr address, std::size_t size) {
+    return split_event(kind, address, size, kStream, 0, 0);
+  };
+  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+    report(*lane_a, on(EventKind::kAlloc, b, kBlock));  // each a new peak: the slow path
+  }
+  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+    EXPECT_TRUE(fast(*lane_a, on(EventKind::kFree, b, kBlock)));
+  }
+  report(*lane_b, on(EventKind::kAlloc, 0x900000, 4 * kKiB));  // a new share: the slow path
+  EXPECT_EQ(ledger.shard_tally().slow, 4u);
+  EXPECT_TRUE(fast(*lane_a, on(EventKind::kAlloc, 0x100000, kBlock)))
+      << "lane a's raise below the stream's peak went to the slow path";
+  EXPECT_TRUE(fast(*lane_b, on(EventKind::kAlloc, 0x200000, kBlock)));
+  EXPECT_EQ(ledger.shard_tally().slow, 4u);
+  // 4 KiB + 192 KiB would pass the stream's peak (192 KiB): refused here, exact on the slow path.
+  EXPECT_FALSE(fast(*lane_a, on(EventKind::kAlloc, 0x300000, kBlock)));
+  report(*lane_a, on(EventKind::kAlloc, 0x300000, kBlock));
+  const auto peak = static_cast<std::int64_t>(3 * kBlock + 4 * kKiB);
+  const LedgerCounters counters = ledger.counters();
+  EXPECT_EQ(counters.aggregate().allocated_bytes.current, peak);
+  EXPECT_EQ(counters.aggregate().allocated_bytes.peak, peak);
+  bool seen = false;
+  for (const StreamUsage& entry : ledger.per_stream()) {
+    if (entry.stream != kStream) continue;
+    seen = true;
+    EXPECT_EQ(entry.usage.allocated_bytes.current, peak);
+    EXPECT_EQ(entry.usage.allocated_bytes.peak, peak);
+    EXPECT_EQ(entry.usage.allocation.peak, 4);
+  }
+  EXPECT_TRUE(seen);
+  LedgerOptions options = quiet();
+  options.trace_capacity = 0;
+  Ledger replay(options);
+  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
+  EXPECT_EQ(replay.counters(), ledger.counters());
+  ledger.close_shard(lane_a);
+  ledger.close_shard(lane_b);
+  EXPECT_FALSE(ledger.inconsistent());
+}
+
 // A front cache's shard never counts split changes itself (its events carry none; one that did
 // would take the slow path).
 TEST(LedgerShard, FrontShardsLeaveSplitChangesToTheSlowPath) {
