@@ -50,8 +50,9 @@ std::size_t mixed_size(std::mt19937_64& rng) {
 class StreamLanesConcurrent : public testing::TestWithParam<bool> {};  // paged heap or not
 
 // Holds each armed allocation event of the holder thread inside the allocator (on the fast path:
-// with its lane's lock held) for a few milliseconds, after saying so; in the last round, until an
-// allocation event of another thread arrives (or 10 s pass).
+// with its lane's lock held): until the other thread says it is about to allocate, then a few
+// milliseconds more; in the last round, until an allocation event of another thread arrives.
+// Every wait has a 10 s limit, so a broken allocator fails the test instead of hanging it.
 class HoldingObserver final : public AllocatorObserver {
  public:
   void on_event(const AllocatorEvent& event) noexcept override {
@@ -66,11 +67,12 @@ class HoldingObserver final : public AllocatorObserver {
     }
     armed_ = false;
     inside_ = true;
+    ++entered_;
     changed_.notify_all();
     if (last_round_) {
-      met_ = changed_.wait_for(lock, std::chrono::seconds(10), [&] { return other_reported_; });
-    } else {
-      changed_.wait_for(lock, std::chrono::milliseconds(3), [] { return false; });
+      met_ = changed_.wait_for(lock, kLimit, [&] { return other_reported_; });
+    } else if (changed_.wait_for(lock, kLimit, [&] { return other_about_to_allocate_; })) {
+      changed_.wait_for(lock, std::chrono::milliseconds(5), [] { return false; });
     }
     inside_ = false;
     changed_.notify_all();
@@ -81,19 +83,21 @@ class HoldingObserver final : public AllocatorObserver {
     std::lock_guard lock(mutex_);
     holder_ = holder;
   }
-  void arm(bool last_round) {
+  // Returns the number of holds so far: wait_until_entered(that) waits for the next.
+  int arm(bool last_round) {
     std::lock_guard lock(mutex_);
     armed_ = true;
     last_round_ = last_round;
-    other_reported_ = met_ = false;
+    other_reported_ = met_ = other_about_to_allocate_ = false;
+    return entered_;
   }
-  void wait_until_inside() {
+  // The holder is inside (or was: the count is sticky, so a late waker does not hang); the
+  // caller allocates next.
+  void wait_until_entered_then_allocate(int before) {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return inside_; });
-  }
-  void wait_until_out() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return !inside_ && !armed_; });
+    changed_.wait_for(lock, kLimit, [&] { return entered_ > before; });
+    other_about_to_allocate_ = true;
+    changed_.notify_all();
   }
   bool met() {
     std::lock_guard lock(mutex_);
@@ -101,18 +105,20 @@ class HoldingObserver final : public AllocatorObserver {
   }
 
  private:
+  static constexpr std::chrono::seconds kLimit{10};
   std::mutex mutex_;
   std::condition_variable changed_;
   std::thread::id holder_;
+  int entered_ = 0;
   bool armed_ = false, last_round_ = false, inside_ = false, other_reported_ = false,
-       met_ = false;
+       met_ = false, other_about_to_allocate_ = false;
 };
 
 // Thread A allocates on stream s and is held inside the allocator with the lock of s's lane;
 // the test thread allocates on s meanwhile and waits for that lock, round after round. It then
 // gets a lane of its own (one more set of heaps in the census), and in the last round its
 // allocation on s goes through while A's is still held: it no longer waits for A's lane. Then
-// two threads in turn do the same and leave: the lane of one that left is given again.
+// two threads in turn do the same and leave: an idle lane is given again.
 TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
   SimulatedDevice device(device_options(GetParam()));
   const StreamHandle s = device.create_stream();
@@ -147,20 +153,20 @@ TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
     }
   });
   auto run_round = [&](int round, bool last) {
-    observer.arm(last);
+    const int holds = observer.arm(last);
     {
       std::lock_guard lock(mutex);
       round_started = round;
       changed.notify_all();
     }
-    observer.wait_until_inside();
+    observer.wait_until_entered_then_allocate(holds);
     allocator.deallocate(allocator.allocate(kBytes, s));  // waits for A's lane, or not
     std::unique_lock lock(mutex);
-    changed.wait(lock, [&] { return round_done >= round; });
+    changed.wait_for(lock, std::chrono::seconds(10), [&] { return round_done >= round; });
   };
   int round = 0;
   // 256 / 16: sixteen waits ask for a lane; the seventeenth allocation gets it.
-  for (; round < 40 && allocator.census().stream_heaps == heaps_before; ++round) {
+  for (; round < 80 && allocator.census().stream_heaps == heaps_before; ++round) {
     run_round(round, false);
   }
   EXPECT_EQ(allocator.census().stream_heaps, heaps_before + 1)
@@ -168,22 +174,30 @@ TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
   EXPECT_GE(round, 16) << "a lane came before the thread had waited enough";
   // Warm the new lane (its first block grows it under the allocator's lock, which A's held
   // lane lock is part of), then the last round.
-  allocator.deallocate(allocator.allocate(kBytes, s));
+  const DevicePtr on_own_lane = allocator.allocate(kBytes, s);
+  allocator.deallocate(on_own_lane);
   run_round(round++, true);
   EXPECT_TRUE(observer.met()) << "the allocation on s waited for the other thread's lane";
   EXPECT_EQ(allocator.census().stream_heaps, heaps_before + 1);
 
   // Threads come and go; their lanes stay, and are given again. Each newcomer below waits on
   // lane 0 like the test thread did, then leaves. The first takes a new lane (the test thread's
-  // lane was in use since the last choice); the second finds the first's lane idle since.
+  // lane allocated since the last choice); the second is given the test thread's lane, idle
+  // since the first newcomer's choice: the count of heaps does not move, and its block is the
+  // one the test thread last freed there.
   std::vector<std::int64_t> heaps_after;
   for (int newcomer = 0; newcomer < 2; ++newcomer) {
     const std::int64_t before = allocator.census().stream_heaps;
     std::thread visitor([&] {
       // run_round's allocation, from this thread, until it got a lane (its own wait score).
-      for (int i = 0; i < 40 && allocator.census().stream_heaps == before; ++i) {
+      for (int i = 0; i < 80; ++i) {
+        if (newcomer == 0 && allocator.census().stream_heaps != before) break;
+        if (newcomer == 1) {
+          const DevicePtr ptr = allocator.allocate(kBytes, s);
+          allocator.deallocate(ptr);
+          if (ptr == on_own_lane) break;
+        }
         run_round(round++, false);
-        if (newcomer == 1 && i >= 17) break;  // reused a lane: the count does not move
       }
       allocator.deallocate(allocator.allocate(kBytes, s));
       if (newcomer == 1) {
