@@ -45,6 +45,15 @@ LedgerOptions quiet() {
   return options;
 }
 
+// The ledger's trace, replayed into a fresh ledger, gives every counter and peak again.
+void expect_trace_replays_to_the_same_counters(Ledger& ledger) {
+  LedgerOptions options = quiet();
+  options.trace_capacity = 0;
+  Ledger replay(options);
+  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
+  EXPECT_EQ(replay.counters(), ledger.counters());
+}
+
 TEST(LedgerShard, FirstRaiseTakesTheSlowPathThenFreesBecomeCredit) {
   Ledger ledger(quiet());
   ObserverShard* shard = ledger.open_shard();
@@ -239,11 +248,7 @@ TEST(LedgerShard, SpareCreditPaysRaisesBelowThePeakOnAnyStream) {
             static_cast<std::int64_t>(3 * kBlock + 4 * kKiB));
   EXPECT_EQ(counters.aggregate().allocated_bytes.peak,
             static_cast<std::int64_t>(3 * kBlock + 4 * kKiB));
-  LedgerOptions options = quiet();
-  options.trace_capacity = 0;
-  Ledger replay(options);
-  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
-  EXPECT_EQ(replay.counters(), ledger.counters());
+  expect_trace_replays_to_the_same_counters(ledger);
   ledger.close_shard(one);
   ledger.close_shard(two);
   EXPECT_FALSE(ledger.inconsistent());
@@ -291,11 +296,7 @@ TEST(LedgerShard, LanesOfOneStreamShareItsRoomBelowThePeak) {
     EXPECT_EQ(entry.usage.allocation.peak, 4);
   }
   EXPECT_TRUE(seen);
-  LedgerOptions options = quiet();
-  options.trace_capacity = 0;
-  Ledger replay(options);
-  for (const TraceRecord& record : ledger.trace()) replay.on_event(to_event(record));
-  EXPECT_EQ(replay.counters(), ledger.counters());
+  expect_trace_replays_to_the_same_counters(ledger);
   ledger.close_shard(lane_a);
   ledger.close_shard(lane_b);
   EXPECT_FALSE(ledger.inconsistent());
