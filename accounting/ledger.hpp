@@ -178,6 +178,13 @@ class Ledger final : public AllocatorObserver {
   void revoke_spare_credit_locked() noexcept;
   template <typename Visit>
   void for_each_slot_of_spare(std::size_t cell, std::size_t kind, Visit&& visit) noexcept;
+  template <typename Visit>
+  void for_each_slot_of_stream_spare(std::size_t entry, std::size_t kind, Visit&& visit) noexcept;
+  template <typename ForEachSlot>
+  void put_room_in_spare_locked(std::atomic<std::int64_t>& spare,
+                                ForEachSlot&& for_each_slot) noexcept;
+  template <typename ForEachSlot>
+  void revoke_spare_locked(std::atomic<std::int64_t>& spare, ForEachSlot&& for_each_slot) noexcept;
   void revoke_all_credit_locked() noexcept;
   void revoke_slot_locked(const Slot& slot) noexcept;
   std::int64_t fast_ceiling(std::size_t stat) const noexcept;

@@ -114,9 +114,9 @@ class alignas(64) LedgerShard final : public ObserverShard {
   // other (the common credit), as far as that pool is below its own peak. A stream shard's pool
   // and common credit stand for counters every stream moves, so it may come from and go back to
   // the ledger's spare credit (Ledger::take_spare_credit) without the slow path; its own
-  // stream's counters get all the room below their peaks at its slow path, and go to and come
-  // from the stream's own spare (Ledger::stream_spare_) as the rest does, since the lanes of a
-  // stream (threads contending on it, each with heaps and a shard of its own) share them.
+  // stream's credit likewise comes from and goes back to that stream's own spare
+  // (Ledger::stream_spare_), which the lanes of a stream (threads contending on it, each with
+  // heaps and a shard of its own) share.
   static constexpr std::size_t kCommon = 2;
   static constexpr std::size_t kOwnStream = 3;
   static constexpr std::size_t kCells = 4;

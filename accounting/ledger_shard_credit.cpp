@@ -197,10 +197,14 @@ void Ledger::revoke_all_credit_locked() noexcept {
 // amounts stands for, so its next raises stay on its fast path while others keep some. A front
 // cache's shard gets half (the heap's own events, checked against the headroom without folding,
 // keep the rest). For a stream's shard, the room of its own stream's counters goes to that
-// stream's spare (its lanes' shards draw from it), and the room of its pool's, the aggregate's
-// and the untagged tag's goes to the spare credit, which every stream shard draws from as it needs (fair shares of it, fixed at
-// each slow path, ran out at four threads and more: a fifth of the mixed ring's events took the
-// slow path on the H200 host, bench/results/gpu/2026-12-02-h200-session-10.md).
+// stream's spare, and the room of its pool's, the aggregate's and the untagged tag's to the
+// spare credit; every stream shard draws from them as it needs. Fair shares of the pools' room,
+// fixed at each slow path, ran out at four threads and more: a fifth of the mixed ring's events
+// took the slow path on the H200 host (bench/results/gpu/2026-12-02-h200-session-10.md). The
+// own stream's room granted to the asking shard left a stream's other lanes (a shard each,
+// detail/stream_lanes.cpp in the policy) none, since every slow path takes back the credit of
+// the counters it raises (make_room_locked): each of their next raises took the slow path in
+// turn (7-10% of the shard events on the H200 host with 4-16 lanes).
 void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept {
   const std::size_t s = shard.share_of(event.stream);
   if (s == LedgerShard::kStreams || event.tag != kUntagged) return;
@@ -211,33 +215,32 @@ void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event
     grant_cell_credit_locked(shard, p, s, kSplitCount, 2);
     return;
   }
-  // The own stream's room goes to that stream's spare, not to this shard: a stream with lanes
-  // has a shard per lane, and every slow path takes back the credit of the stream's counters it
-  // raises (make_room_locked); granted to one lane's shard, it left the other lanes none, and
-  // each of their next raises took the slow path in turn (7-10% of the shard events on the
-  // H200 host with 4-16 lanes).
   const std::size_t entry = shard.streams_[s].entry;
   for (std::size_t k = 0; k < kSplitCount; ++k) {
-    std::int64_t room = INT64_MAX;
-    for_each_slot_of_cell(shard, LedgerShard::kOwnStream, s, k, [&](const Slot& slot) {
-      room = std::min(room, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
+    put_room_in_spare_locked(stream_spare_[entry].credit[k], [&](auto&& visit) {
+      for_each_slot_of_stream_spare(entry, k, visit);
     });
-    if (room <= 0 || room == INT64_MAX) continue;
-    stream_spare_[entry].credit[k].fetch_add(room, std::memory_order_relaxed);
-    for_each_slot_of_cell(shard, LedgerShard::kOwnStream, s, k,
-                          [&](const Slot& slot) { outstanding_of(slot) += room; });
   }
   for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
     for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      std::int64_t room = INT64_MAX;
-      for_each_slot_of_spare(c, k, [&](const Slot& slot) {
-        room = std::min(room, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
-      });
-      if (room <= 0 || room == INT64_MAX) continue;
-      spare_credit_[c].credit[k].fetch_add(room, std::memory_order_relaxed);
-      for_each_slot_of_spare(c, k, [&](const Slot& slot) { outstanding_of(slot) += room; });
+      put_room_in_spare_locked(spare_credit_[c].credit[k],
+                               [&](auto&& visit) { for_each_slot_of_spare(c, k, visit); });
     }
   }
+}
+
+// Every shard held: the smallest headroom of the counters `for_each_slot` visits goes to
+// `spare`, counted in their `outstanding`.
+template <typename ForEachSlot>
+void Ledger::put_room_in_spare_locked(std::atomic<std::int64_t>& spare,
+                                      ForEachSlot&& for_each_slot) noexcept {
+  std::int64_t room = INT64_MAX;
+  for_each_slot([&](const Slot& slot) {
+    room = std::min(room, ceiling_of(slot) - current_of(slot) - outstanding_of(slot));
+  });
+  if (room <= 0 || room == INT64_MAX) return;
+  spare.fetch_add(room, std::memory_order_relaxed);
+  for_each_slot([&](const Slot& slot) { outstanding_of(slot) += room; });
 }
 
 void Ledger::grant_cell_credit_locked(LedgerShard& shard, std::size_t c, std::size_t s,
@@ -297,32 +300,28 @@ bool Ledger::take_stream_spare_credit(std::size_t entry, std::size_t kind, std::
 // common and own-stream credits goes to the spares. Only the holder changes, so `outstanding`
 // does not.
 void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
-  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
-    for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+  const auto give = [divisor](ShardStat& share, std::atomic<std::int64_t>& spare) {
+    const std::int64_t given = share.credit / divisor;
+    if (given <= 0) return;
+    share.credit -= given;
+    spare.fetch_add(given, std::memory_order_relaxed);
+  };
+  for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+    for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
       for (std::size_t k = 0; k < kAmountKinds; ++k) {
-        ShardStat& share = shard.cells_[c][s][k];
-        const std::int64_t given = share.credit / divisor;
-        if (given <= 0) continue;
-        share.credit -= given;
-        spare_credit_[c].credit[k].fetch_add(given, std::memory_order_relaxed);
+        give(shard.cells_[c][s][k], spare_credit_[c].credit[k]);
       }
     }
-  }
-  for (std::size_t s = 0; s < shard.streams_used_; ++s) {
     for (std::size_t k = 0; k < kSplitCount; ++k) {
-      ShardStat& share = shard.cells_[LedgerShard::kOwnStream][s][k];
-      const std::int64_t given = share.credit / divisor;
-      if (given <= 0) continue;
-      share.credit -= given;
-      stream_spare_[shard.streams_[s].entry].credit[k].fetch_add(given,
-                                                                 std::memory_order_relaxed);
+      give(shard.cells_[LedgerShard::kOwnStream][s][k],
+           stream_spare_[shard.streams_[s].entry].credit[k]);
     }
   }
 }
 
-// At a stream shard's fold: half its pool, common and own-stream credit goes to the spares, where a stream
-// that needs it finds it (a shard's frees add to its own credit, which would otherwise stay there
-// while other streams' raises go to the slow path).
+// At a stream shard's fold: half its pool, common and own-stream credit goes to the spares,
+// where a stream (or lane) that needs it finds it (a shard's frees add to its own credit, which
+// would otherwise stay there while other streams' raises go to the slow path).
 void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
   give_credit_to_spare_locked(shard, 2);
 }
@@ -336,19 +335,25 @@ void Ledger::gather_spare_credit_locked() noexcept {
   }
 }
 
+// Every shard held: `spare` taken back from the `outstanding` of the counters it stands for.
+template <typename ForEachSlot>
+void Ledger::revoke_spare_locked(std::atomic<std::int64_t>& spare,
+                                 ForEachSlot&& for_each_slot) noexcept {
+  const std::int64_t taken = spare.exchange(0, std::memory_order_relaxed);
+  if (taken == 0) return;
+  for_each_slot([&](const Slot& slot) { outstanding_of(slot) -= taken; });
+}
+
 // Every shard held: the spare credit of (cell, kind) taken back.
 void Ledger::revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexcept {
-  const std::int64_t spare = spare_credit_[cell].credit[kind].exchange(0, std::memory_order_relaxed);
-  for_each_slot_of_spare(cell, kind, [&](const Slot& slot) { outstanding_of(slot) -= spare; });
+  revoke_spare_locked(spare_credit_[cell].credit[kind],
+                      [&](auto&& visit) { for_each_slot_of_spare(cell, kind, visit); });
 }
 
 // Every shard held: the spare credit of stream `entry`'s own counters of `kind` taken back.
 void Ledger::revoke_stream_spare_locked(std::size_t entry, std::size_t kind) noexcept {
-  const std::int64_t spare = stream_spare_[entry].credit[kind].exchange(0, std::memory_order_relaxed);
-  if (spare == 0) return;
-  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
-    if (kUsageKind[j] == kind) outstanding_stream_[entry][j] -= spare;
-  }
+  revoke_spare_locked(stream_spare_[entry].credit[kind],
+                      [&](auto&& visit) { for_each_slot_of_stream_spare(entry, kind, visit); });
 }
 
 // Every shard held: all spare credit taken back (the last stream shard closed).

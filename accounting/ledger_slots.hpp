@@ -90,4 +90,14 @@ void Ledger::for_each_slot_of_spare(std::size_t cell, std::size_t kind, Visit&& 
   }
 }
 
+// Calls visit(slot) for every counter the spare credit of stream `entry`'s own counters of
+// `kind` stands for (Ledger::stream_spare_): as the own-stream cell of any of its shards does.
+template <typename Visit>
+void Ledger::for_each_slot_of_stream_spare(std::size_t entry, std::size_t kind,
+                                           Visit&& visit) noexcept {
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    if (ledger_slots::kUsageKind[j] == kind) visit(Slot{Slot::kStream, entry, j});
+  }
+}
+
 }  // namespace vramledger
