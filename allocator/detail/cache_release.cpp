@@ -22,16 +22,18 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
     uses.erase(std::remove(uses.begin(), uses.end(), stream), uses.end());
   });
   process_completed_frees_locked();
-  // Every lane of the stream (detail/stream_lanes.cpp).
+  // Every lane of the stream (detail/stream_lanes.cpp); the free physical memory they leave is
+  // released once, after all of them.
+  bool released = false;
   for (std::size_t i = 0; i < streams_.size();) {
     StreamHeaps& heaps = *streams_[i];
     if (heaps.stream != stream) {
       ++i;
       continue;
     }
+    released = true;
     mark_all_frees_idle(heaps);
     for (int p = 0; p < 2; ++p) release_idle_ranges(heaps, p, /*free_spans=*/true);
-    trim_free_physical(0);
     if (!heaps.ranges[0].empty() || !heaps.ranges[1].empty()) {
       ++i;
       continue;
@@ -44,6 +46,7 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
     }
     streams_.erase(streams_.begin() + static_cast<std::ptrdiff_t>(i));
   }
+  if (released) trim_free_physical(0);
 }
 
 inline void CachingAllocator::Impl::release_cached_locked() {

@@ -56,15 +56,14 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for_thread(StreamHandle stream
   return heaps_for(stream, choice->lane);
 }
 
-// Under the allocator's lock: a lane of `stream` for a thread that waited too often on lane
-// `current`. Threads come and go (a benchmark's, a pool's), and their lanes stay: first a lane
+// Under the allocator's lock, the fast path started (only it asks for lanes): a lane of `stream`
+// for a thread that waited too often on lane `current`. Threads come and go (a benchmark's, a pool's), and their lanes stay: first a lane
 // that no thread has allocated from since the last such choice (its thread gone or moved on),
 // then a new one while the stream has fewer than kMaxLanes and the fast path's slots last (kept
 // for streams: a stream or lane without a slot is served under the allocator's lock only), else
 // the least busy one.
 inline std::uint32_t CachingAllocator::Impl::new_lane_for(StreamHandle stream,
                                                           std::uint32_t current) {
-  if (!stream_path_.load(std::memory_order_relaxed)) return current;
   std::uint64_t used = 0;  // bit i: lane i exists
   StreamHeaps* idlest = nullptr;
   std::uint64_t idlest_allocations = UINT64_MAX;

@@ -26,22 +26,12 @@ class StreamLocks {
   // Lockable (std::lock_guard): the global lock, then the published streams' locks.
   void lock() noexcept {
     global_.lock();
-    const std::size_t used = used_.load(std::memory_order_relaxed);
-    for (std::size_t i = 0; i < used; ++i) {
-      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
-        heaps->mutex.lock();
-      }
-    }
+    lock_published_streams();
   }
   // lock() if the global lock is free now; false (nothing taken) if another thread holds it.
   bool try_lock() noexcept {
     if (!global_.try_lock()) return false;
-    const std::size_t used = used_.load(std::memory_order_relaxed);
-    for (std::size_t i = 0; i < used; ++i) {
-      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
-        heaps->mutex.lock();
-      }
-    }
+    lock_published_streams();
     return true;
   }
   void unlock() noexcept {
@@ -55,7 +45,7 @@ class StreamLocks {
 
   // The published heaps of `stream`'s lane `lane`, or nullptr; no lock taken or needed. The
   // caller locks its mutex and checks `open` before using it.
-  StreamHeaps* find(StreamHandle stream, std::uint32_t lane = 0) const noexcept {
+  StreamHeaps* find(StreamHandle stream, std::uint32_t lane) const noexcept {
     const std::size_t used = used_.load(std::memory_order_acquire);
     for (std::size_t i = 0; i < used; ++i) {
       if (slots_[i].stream.load(std::memory_order_relaxed) != stream) continue;
@@ -102,6 +92,16 @@ class StreamLocks {
   }
 
  private:
+  // With the global lock held: every published stream's lock, in slot order.
+  void lock_published_streams() noexcept {
+    const std::size_t used = used_.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < used; ++i) {
+      if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
+        heaps->mutex.lock();
+      }
+    }
+  }
+
   struct Slot {
     std::atomic<StreamHandle> stream{0};
     std::atomic<StreamHeaps*> heaps{nullptr};

@@ -294,7 +294,9 @@ TEST_P(StreamLanesConcurrent, EightThreadsOnOneStreamKeepTheBooksExact) {
       for (int phase = 0; phase < kPhases; ++phase) {
         live[t].clear();  // freed by the previous thread last phase
         try {
-          for (std::size_t size : plan[phase][t]) live[t].push_back(allocator.allocate(size, stream));
+          for (std::size_t size : plan[phase][t]) {
+            live[t].push_back(allocator.allocate(size, stream));
+          }
         } catch (const Error&) {
           failures++;
         }
