@@ -51,6 +51,9 @@ struct BlockCensus {
   PerPool pools[2];  // indexed by PoolKind
   std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
   std::int64_t stream_heaps = 0;  // heaps in use: one per stream, one per lane of a stream
+  // Times a thread kept waiting for its lane's lock was given a lane (a new one, one its thread
+  // left, or its own again): a figure that keeps rising means threads pass between lanes.
+  std::int64_t lane_choices = 0;
 };
 
 // Description of one address range and its blocks, for snapshots and reports.

@@ -126,6 +126,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
     census.free_physical_pages += held;
   }
   census.stream_heaps = static_cast<std::int64_t>(streams_.size());
+  census.lane_choices = static_cast<std::int64_t>(lane_choices_);
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;
 }

@@ -385,7 +385,7 @@ class CachingAllocator::Impl {
 
   // ---- lanes: heaps of their own for threads contending on one stream (detail/stream_lanes.cpp)
 
-  static constexpr std::uint32_t kMaxLanes = 16;       // per stream
+  static constexpr std::uint32_t kMaxLanes = 32;       // per stream (at most 64: a bit mask)
   static constexpr std::size_t kSlotsKeptForStreams = 16;  // of StreamLocks::kSlots
   static constexpr std::uint64_t kWaitsBeforeStreamPath = 64;
   LaneChoice* lane_choice_of_thread(StreamHandle stream) const;
@@ -452,6 +452,8 @@ class CachingAllocator::Impl {
   std::atomic<bool> stream_path_{false};
   // Allocations that found the allocator's lock held (note_allocator_lock_waited); under it.
   std::uint64_t allocator_lock_waits_ = 0;
+  // Lanes given to threads that asked (new_lane_for), under it; BlockCensus::lane_choices.
+  std::uint64_t lane_choices_ = 0;
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;

@@ -276,8 +276,12 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   // vramledger's driver calls per thousand pairs of all threads (each ~20-35 us on the H200,
   // under the allocator's lock): read by thread 0 around its loop, outside the timing.
   std::int64_t calls_before = 0;
+  std::int64_t lane_choices_before = 0;
   if constexpr (requires { peer.driver_calls(); }) {
     if (thread == 0) calls_before = peer.driver_calls();
+  }
+  if constexpr (requires { peer.lane_choices(); }) {
+    if (thread == 0) lane_choices_before = peer.lane_choices();
   }
   std::size_t j = 0;
   for (auto _ : state) {
@@ -298,6 +302,14 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
       const auto pairs = static_cast<double>(state.iterations()) * state.threads();
       state.counters["calls_per_kpair"] =
           1000.0 * static_cast<double>(peer.driver_calls() - calls_before) / pairs;
+    }
+  }
+  // Lanes given during the run (docs/design.md 4): a few when threads first contend; more means
+  // threads pass from lane to lane.
+  if constexpr (requires { peer.lane_choices(); }) {
+    if (thread == 0) {
+      state.counters["lane_choices"] =
+          static_cast<double>(peer.lane_choices() - lane_choices_before);
     }
   }
   release_live();

@@ -124,6 +124,8 @@ class VramledgerPeer {
   std::string check_ledger() const { return ledger_.check_against(*allocator_); }
   bool ledger_consistent() const { return ledger_.consistent_with(*allocator_); }
   std::int64_t driver_calls() const { return ledger_.driver_calls(); }
+  // Lanes given to threads so far (BlockCensus::lane_choices; takes the allocator's lock).
+  std::int64_t lane_choices() const { return allocator_->census().lane_choices; }
 
  private:
   std::string conf_;
