@@ -151,6 +151,7 @@ inline DevicePtr CachingAllocator::Impl::hand_out(Block* block, std::size_t byte
   block->state = BlockState::kAllocated;
   block->range->active_blocks++;
   block->range->owner->allocations++;
+  add_active(*block->range->owner, block->size);  // its room holds it (detail/active_bytes.cpp)
   live_.insert(block->address, block);
   split.home = block->range->owner->ledger_shard;
   emit_with(split, EventKind::kAlloc, block->range->pool, stream, block->address, block->size,

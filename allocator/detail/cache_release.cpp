@@ -39,6 +39,7 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
       continue;
     }
     if (last_stream_ == &heaps) last_stream_ = nullptr;
+    give_back_active_room_locked(heaps);  // no active block left in it
     if (heaps.open.load(std::memory_order_relaxed)) {
       // A fast path may be about to lock it: it stays, closed (stream_locks.hpp).
       withdraw_stream_locked(heaps);

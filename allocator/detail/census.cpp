@@ -99,7 +99,27 @@ inline BlockCensus CachingAllocator::Impl::census() const {
   BlockCensus census;
   std::size_t live_seen = 0;
   std::size_t free_mapped[2] = {0, 0};
+  check_active_bytes_locked();  // detail/active_bytes.cpp
   for (const auto& heaps : streams_) {
+    if (paged_) {
+      std::size_t active = 0;
+      for (int p = 0; p < 2; ++p) {
+        for (const AddressRange* range : heaps->ranges[p]) {
+          for (const Block* b = range->first; b != nullptr; b = b->next) {
+            // Sleeping blocks are out of active bytes (detail/sleep.cpp).
+            if (b->state == BlockState::kAllocated || b->state == BlockState::kPendingFree) {
+              active += b->size;
+            }
+          }
+        }
+      }
+      if (active != heaps->active_bytes) {
+        throw Error(ErrorCode::kInternal,
+                    "a stream's active bytes are counted as " +
+                        std::to_string(heaps->active_bytes) + ", its blocks hold " +
+                        std::to_string(active));
+      }
+    }
     for (int p = 0; p < 2; ++p) {
       BlockCensus::PerPool& out = census.pools[p];
       for (const AddressRange* range : heaps->ranges[p]) {
@@ -127,6 +147,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
   }
   census.stream_heaps = static_cast<std::int64_t>(streams_.size());
   census.lane_choices = static_cast<std::int64_t>(lane_choices_);
+  census.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;
 }

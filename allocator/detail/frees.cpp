@@ -108,6 +108,7 @@ inline void CachingAllocator::Impl::complete_free(Block* block, EventKind kind,
   event.tag = block->tag;
   const DevicePtr freed_start = block->address;
   const DevicePtr freed_end = block->end();
+  sub_active(owner, block->size);
   block->state = BlockState::kFree;
   block->requested = 0;
   block->tag = kUntagged;

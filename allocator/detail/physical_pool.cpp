@@ -109,7 +109,7 @@ inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_stream
   if (options_.cross_stream_slack_permille == 0) return false;
   const std::size_t permille = std::min<std::size_t>(options_.cross_stream_slack_permille, 100000);
   // Device memory (< 2^43 bytes) times at most 100,000 (< 2^17): far from overflowing 64 bits.
-  const std::size_t peak = active_.peak.load(std::memory_order_relaxed);
+  const std::size_t peak = active_peak_;
   const std::size_t budget = peak + peak * permille / 1000;
   return reserved_bytes_ + pages * page_bytes_ <= budget;
 }

@@ -148,11 +148,6 @@ class CachingAllocator::Impl {
   void emit_with(SplitDelta& split, EventKind kind, PoolKind pool, StreamHandle stream,
                  DevicePtr address, std::size_t size, std::size_t requested = 0,
                  TagId tag = kUntagged) {
-    if (kind == EventKind::kAlloc) {
-      add_active(size);
-    } else if (kind == EventKind::kFree || kind == EventKind::kFreeCompleted) {
-      sub_active(size);
-    }
     // A front cache's parked block going back to its heap was counted free when the user freed it.
     if (kind == EventKind::kFree && returning_front_block_) kind = EventKind::kFrontCacheReturn;
     if (observer_ == nullptr) {
@@ -178,21 +173,6 @@ class CachingAllocator::Impl {
       observer_->on_event(event);
     }
   }
-  // Active bytes and their exact peak, from several streams at once: the peak takes every value
-  // the sum reaches (each fetch_add returns one), never one it does not. Kept for the paged
-  // heap's cross-stream slack only: the segment heap skips the shared cache line.
-  void add_active(std::size_t bytes) {
-    if (!paged_) return;
-    const std::size_t now = active_.current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::size_t peak = active_.peak.load(std::memory_order_relaxed);
-    while (now > peak &&
-           !active_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
-  }
-  void sub_active(std::size_t bytes) {
-    if (paged_) active_.current.fetch_sub(bytes, std::memory_order_relaxed);
-  }
-
   // Inactive split changes wait for the event of the operation that caused them and travel on
   // it (see AllocatorEvent), so the fast path sends one event per call.
   void note_split_change(int count, std::int64_t bytes, SplitDelta& split) {
@@ -204,11 +184,22 @@ class CachingAllocator::Impl {
          block->requested, block->tag);
   }
 
+  // ---- active bytes and their exact peak, per stream's heaps (detail/active_bytes.cpp)
+
+  bool take_active_room(StreamHeaps& heaps, std::size_t bytes);
+  void ensure_active_room_locked(StreamHeaps& heaps, std::size_t bytes);
+  void add_active(StreamHeaps& heaps, std::size_t bytes);
+  void sub_active(StreamHeaps& heaps, std::size_t bytes);
+  void give_back_active_room_locked(StreamHeaps& heaps);
+  void check_active_bytes_locked() const;
+
   // ---- requests (caching_allocator.cpp)
 
   DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag,
                      SplitDelta& split);
+  // Under the allocator's lock.
   DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag) {
+    ensure_active_room_locked(*block->range->owner, block->size);
     return hand_out(block, bytes, stream, tag, pending_split_);
   }
   Block* free_block_holding(StreamHeaps& heaps, PoolKind pool, DevicePtr address,
@@ -463,15 +454,16 @@ class CachingAllocator::Impl {
   std::size_t span_bytes_[2] = {0, 0};
   std::size_t reserved_bytes_ = 0;
   // Bytes of active blocks (allocated, or freed and awaiting other streams) and their peak: the
-  // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams). Every
-  // paged operation of every thread writes them, so they get a cache line of their own: beside
-  // the read-mostly fields above (paged_, page_bytes_, options_), each write made the other
-  // cores miss on those at their next operation.
-  struct alignas(64) ActiveBytes {
-    std::atomic<std::size_t> current{0};
-    std::atomic<std::size_t> peak{0};
+  // base of the cross-stream slack (may_grow_instead_of_taking_from_other_streams), paged heap
+  // only. Counted per stream's heaps (StreamHeaps::active_bytes, active_room) so that streams on
+  // their fast paths share no cache line; Σ active_bytes + Σ active_room + active_spare_ ==
+  // active_peak_ at all times (detail/active_bytes.cpp). The peak changes only under the
+  // allocator's lock; the spare, shared, only when a stream's own room runs short or overflows.
+  std::size_t active_peak_ = 0;
+  struct alignas(64) SpareRoom {  // a cache line of its own
+    std::atomic<std::size_t> bytes{0};
   };
-  ActiveBytes active_;
+  SpareRoom active_spare_;
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
   std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams

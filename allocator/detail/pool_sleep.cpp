@@ -125,7 +125,7 @@ inline SleepResult CachingAllocator::Impl::sleep_pool(bool offload) {
   for (SleepingBlock& s : pool_sleep_.blocks) {
     Block& b = *s.block;
     b.state = BlockState::kSleeping;
-    sub_active(b.size);
+    sub_active(*b.range->owner, b.size);
     s.resident = b.size;  // on memory until its segment is announced released
     emit_block(EventKind::kSleep, &b);
     emit(EventKind::kSleepResident, b.range->pool, b.range->owner->stream, b.address, b.size, 0,
@@ -209,7 +209,8 @@ inline SleepResult CachingAllocator::Impl::wake_pool() {
     emit(EventKind::kWakeResident, b.range->pool, b.range->owner->stream, b.address, s.resident,
          0, b.tag);
     b.state = BlockState::kAllocated;
-    add_active(b.size);
+    ensure_active_room_locked(*b.range->owner, b.size);
+    add_active(*b.range->owner, b.size);
     emit_block(EventKind::kWake, &b);
     result.blocks++;
     result.bytes += b.size;

@@ -231,7 +231,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
     for (SleepingBlock& s : state.blocks) {
       Block& b = *s.block;
       b.state = BlockState::kSleeping;
-      sub_active(b.size);
+      sub_active(*b.range->owner, b.size);
       s.resident = b.size;  // all of it is on mapped pages until they are released
       emit(EventKind::kSleep, b.range->pool, b.range->owner->stream, b.address, b.size,
            b.requested, b.tag);
@@ -345,7 +345,8 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
     emit(EventKind::kWakeResident, b.range->pool, b.range->owner->stream, b.address, s->resident,
          0, b.tag);
     b.state = BlockState::kAllocated;
-    add_active(b.size);
+    ensure_active_room_locked(*b.range->owner, b.size);
+    add_active(*b.range->owner, b.size);
     emit(EventKind::kWake, b.range->pool, b.range->owner->stream, b.address, b.size, b.requested,
          b.tag);
     result.blocks++;

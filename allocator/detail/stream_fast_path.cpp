@@ -93,6 +93,8 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
   // allocator's lock (detail/stream_lanes.cpp).
   if (note_lane_lock(lane, stream, waited)) return 0;
   if (!heaps->open.load(std::memory_order_relaxed) || !stream_path_open_locked()) return 0;
+  // The peak of active bytes would rise: the allocator's lock (detail/active_bytes.cpp).
+  if (!take_active_room(*heaps, size)) return 0;
   FreeBlockIndex& index = heaps->free[pool_index(pool)];
   Block* block = index.find(size);
   if (block == nullptr) return 0;  // growth, or blocks pending on other streams to adopt

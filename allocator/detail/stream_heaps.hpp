@@ -89,6 +89,10 @@ struct alignas(64) StreamHeaps {
   // Under the allocator's lock: the clock at the last choice of a lane for a thread of this
   // stream (Impl::new_lane_for); a lane whose clock has not moved since is free to give again.
   std::uint64_t allocations_at_lane_choice = 0;
+  // Paged heap (detail/active_bytes.cpp), under `mutex`: the bytes of these heaps' active blocks,
+  // and the room they may grow by before the allocator's peak of active bytes would rise.
+  std::size_t active_bytes = 0;
+  std::size_t active_room = 0;
 };
 
 }  // namespace vramledger

@@ -55,6 +55,17 @@ class StreamLocks {
     return nullptr;
   }
 
+  // Calls `visit` with every published heaps until it returns true; no lock taken or needed
+  // (as find): the caller locks what it uses, with try_lock only if it holds a stream's lock.
+  template <typename Visit>
+  void for_each_published(Visit&& visit) const {
+    const std::size_t used = used_.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < used; ++i) {
+      StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_acquire);
+      if (heaps != nullptr && visit(*heaps)) return;
+    }
+  }
+
   // A hint: whether the allocator's lock is held (or being taken) now. A stream lock found held
   // while it is was most likely held as part of it, not by another thread of the stream.
   bool global_held() const noexcept { return global_.is_locked(); }

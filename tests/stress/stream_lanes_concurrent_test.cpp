@@ -279,6 +279,13 @@ TEST_P(StreamLanesConcurrent, EightThreadsOnOneStreamKeepTheBooksExact) {
         s.stream_requested = entry.usage.requested_bytes.current;
       }
       expect_consistent(ledger, allocator);
+      // The paged heap's own peak of active bytes, counted per lane (detail/active_bytes.cpp),
+      // is the ledger's: each phase only allocates or only frees, so every order of the
+      // threads' operations reaches the same peak.
+      if (GetParam()) {
+        EXPECT_EQ(allocator.census().peak_active_bytes, counters.aggregate().active_bytes.peak)
+            << "phase " << phase_seen;
+      }
     } else {
       ++phase_seen;
     }
