@@ -70,6 +70,10 @@ struct AllocatorOptions {
   // two-stream trace went from 1.0099 to 1.0333 of peak requested, hence 3 by default
   // (docs/configuration.md).
   std::size_t cross_stream_cold_streams = 3;
+  // Lanes per stream (docs/design.md 4): heaps of its own, on the same stream, for a thread kept
+  // waiting for its stream's lock by other threads of the stream. 1 = no lanes (threads of one
+  // stream share its heaps: less memory cached, more waiting); at most 32.
+  std::size_t stream_lanes = 32;
   // Hard cap on reserved (physical) bytes; 0 = none.
   std::size_t cap_bytes = 0;
   // Segment heap: never split a block, so every allocation owns a whole segment sized to it

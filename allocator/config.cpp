@@ -36,6 +36,8 @@ constexpr std::size_t kLargestSlackPermille = 100000;
 // A stream's idle page that 2^40 of its allocations have not needed is cold by any measure.
 constexpr std::size_t kLargestColdAllocations = std::size_t{1} << 40;
 constexpr std::size_t kLargestColdStreams = std::size_t{1} << 20;
+// CachingAllocator::Impl::kMaxLanes.
+constexpr std::size_t kLargestStreamLanes = 32;
 
 constexpr std::array<std::string_view, 5> kBackends = {"auto", "simulated", "cuda_malloc", "vmm",
                                                        "malloc_async"};
@@ -62,8 +64,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 23>& key_table() {
-  static const std::array<KeySpec, 23> table = {{
+const std::array<KeySpec, 24>& key_table() {
+  static const std::array<KeySpec, 24> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -131,6 +133,11 @@ const std::array<KeySpec, 23>& key_table() {
        ValueKind::kSize,
        {&AllocatorOptions::cross_stream_cold_streams, 1, "streams", nullptr, false, false,
         kLargestColdStreams, "no process allocates on that many streams at once"}},
+      {"stream_lanes",
+       "stream_lanes",
+       ValueKind::kSize,
+       {&AllocatorOptions::stream_lanes, 1, "lanes", "a stream has at least its own heaps (1)",
+        false, false, kLargestStreamLanes, "a stream has at most 32 lanes"}},
       {"cap_mb",
        "cap",
        ValueKind::kSize,

@@ -29,6 +29,7 @@ inline LaneChoice* CachingAllocator::Impl::lane_choice_of_thread(StreamHandle st
 // allocator's lock gives it one (heaps_for_thread).
 inline bool CachingAllocator::Impl::note_lane_lock(LaneChoice* choice, StreamHandle stream,
                                                    bool waited) {
+  if (options_.stream_lanes <= 1) [[unlikely]] return false;  // lanes off
   if (choice == nullptr) {
     if (!waited) [[likely]] return false;
     choice = &t_lane_choices.add(front_id_, stream);
@@ -61,7 +62,8 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for_thread(StreamHandle stream
 // benchmark's, a pool's), and their lanes stay. In order:
 //  1. a lane, lane 0 included, that no thread has allocated from since the last such choice
 //     (its thread gone or moved on);
-//  2. a new one, while the stream has fewer than kMaxLanes and the fast path's slots last (kept
+//  2. a new one, while the stream has fewer than stream_lanes (AllocatorOptions, at most
+//     kMaxLanes) and the fast path's slots last (kept
 //     for streams: a stream or lane without a slot is served under the allocator's lock only);
 //  3. the least busy lane, only if it served under half of what `current` did since the last
 //     choice; else `current`. Moving to a lane as busy as one's own moves the contention along:
@@ -72,6 +74,8 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for_thread(StreamHandle stream
 inline std::uint32_t CachingAllocator::Impl::new_lane_for(StreamHandle stream,
                                                           std::uint32_t current) {
   ++lane_choices_;
+  const std::uint32_t max_lanes =
+      static_cast<std::uint32_t>(std::min<std::size_t>(options_.stream_lanes, kMaxLanes));
   std::uint64_t used = 0;  // bit i: lane i exists
   StreamHeaps* idlest = nullptr;
   std::uint64_t idlest_allocations = UINT64_MAX;
@@ -90,7 +94,7 @@ inline std::uint32_t CachingAllocator::Impl::new_lane_for(StreamHandle stream,
   }
   if (idlest != nullptr && idlest_allocations == 0) return idlest->lane;
   if (mutex_.slots_left() > kSlotsKeptForStreams) {
-    for (std::uint32_t lane = 1; lane < kMaxLanes; ++lane) {
+    for (std::uint32_t lane = 1; lane < max_lanes; ++lane) {
       if ((used & (std::uint64_t{1} << lane)) == 0) return lane;
     }
   }

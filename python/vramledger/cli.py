@@ -107,6 +107,7 @@ _CONF_SIZES = {
                                  False, 1 << 40),
     "cross_stream_cold_streams": ("cross_stream_cold_streams", 1, "streams", False, False,
                                   False, 1 << 20),
+    "stream_lanes": ("stream_lanes", 1, "lanes", True, False, False, 32),
     "cap_mb": ("cap", _MIB, "MiB", False, False, False, _DEVICE_MAX),
     "cap_gb": ("cap", _GIB, "GiB", False, False, False, _DEVICE_MAX),
     "front_cache_mb": ("front_cache_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),

@@ -267,6 +267,7 @@ CONF_CASES = [
     "cross_stream_slack_pct:1,cross_stream_slack_permille:5", "cross_stream_cold_allocs:1024",
     "cross_stream_cold_allocs:1099511627777",
     "cross_stream_cold_streams:3", "cross_stream_cold_streams:1048577", "round_bytes:5 12",
+    "stream_lanes:1", "stream_lanes:32", "stream_lanes:33", "stream_lanes:0",
     "round_bytes=512", "round_bytes:512,",
     ",round_bytes:512", "round_bytes:1.5", "round_bytes:0x200", "round_bytes:+512",
     " round_bytes : 1024 , cap_mb:64 ", "round_bytes:512:1", "large_segment_mb:\u0661",

@@ -114,45 +114,61 @@ class HoldingObserver final : public AllocatorObserver {
        met_ = false, other_about_to_allocate_ = false;
 };
 
-// Thread A allocates on stream s and is held inside the allocator with the lock of s's lane;
-// the test thread allocates on s meanwhile and waits for that lock, round after round. It then
-// gets a lane of its own (one more set of heaps in the census), and in the last round its
-// allocation on s goes through while A's is still held: it no longer waits for A's lane. Then
-// two threads in turn do the same and leave: an idle lane is given again.
-TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
-  SimulatedDevice device(device_options(GetParam()));
-  const StreamHandle s = device.create_stream();
-  const StreamHandle other = device.create_stream();
+// Thread A allocates on stream s and is held inside the allocator with the lock of s's lane
+// (HoldingObserver) each round, while the calling thread allocates on s too: run_round(last).
+// Two streams start the per-stream fast path; two warm blocks on s serve both threads there.
+struct WaitingRig {
+  static constexpr std::size_t kBytes = std::size_t{1} << 20;
+  SimulatedDevice device;
+  StreamHandle s, other;
   HoldingObserver observer;
-  CachingAllocator allocator(device, &observer, AllocatorOptions{});
-  constexpr std::size_t kBytes = std::size_t{1} << 20;
-  // Two streams start the per-stream fast path; two warm blocks on s serve both threads there.
-  allocator.deallocate(allocator.allocate(512, other));
-  const DevicePtr warm_1 = allocator.allocate(kBytes, s);
-  const DevicePtr warm_2 = allocator.allocate(kBytes, s);
-  allocator.deallocate(warm_1);
-  allocator.deallocate(warm_2);
-  const std::int64_t heaps_before = allocator.census().stream_heaps;
-  ASSERT_EQ(heaps_before, 2);
-
+  CachingAllocator allocator;
+  DevicePtr warm_1 = 0, warm_2 = 0;
+  std::int64_t heaps_before = 0;
   std::mutex mutex;
   std::condition_variable changed;
   int round_started = -1, round_done = -1;
-  std::thread a([&] {
-    observer.set_holder(std::this_thread::get_id());
-    for (int round = 0;; ++round) {
-      {
-        std::unique_lock lock(mutex);
-        changed.wait(lock, [&] { return round_started >= round; });
-        if (round_started < 0 || round_started == 1000) return;
+  int rounds = 0;
+  std::thread a;
+
+  WaitingRig(bool paged, const AllocatorOptions& options)
+      : device(device_options(paged)),
+        s(device.create_stream()),
+        other(device.create_stream()),
+        allocator(device, &observer, options) {
+    allocator.deallocate(allocator.allocate(512, other));
+    warm_1 = allocator.allocate(kBytes, s);
+    warm_2 = allocator.allocate(kBytes, s);
+    allocator.deallocate(warm_1);
+    allocator.deallocate(warm_2);
+    heaps_before = allocator.census().stream_heaps;
+    a = std::thread([this] {
+      observer.set_holder(std::this_thread::get_id());
+      for (int round = 0;; ++round) {
+        {
+          std::unique_lock lock(mutex);
+          changed.wait(lock, [&] { return round_started >= round; });
+          if (round_started < 0 || round_started == 1000) return;
+        }
+        allocator.deallocate(allocator.allocate(kBytes, s));
+        std::lock_guard lock(mutex);
+        round_done = round;
+        changed.notify_all();
       }
-      allocator.deallocate(allocator.allocate(kBytes, s));
+    });
+  }
+  ~WaitingRig() {
+    {
       std::lock_guard lock(mutex);
-      round_done = round;
+      round_started = 1000;
       changed.notify_all();
     }
-  });
-  auto run_round = [&](int round, bool last) {
+    a.join();
+  }
+  // One round: A is held inside the allocator, this thread allocates on s (waiting for A's
+  // lane's lock, or not); in the last round A stays held until this thread's event arrives.
+  void run_round(bool last) {
+    const int round = rounds++;
     const int holds = observer.arm(last);
     {
       std::lock_guard lock(mutex);
@@ -160,11 +176,26 @@ TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
       changed.notify_all();
     }
     observer.wait_until_entered_then_allocate(holds);
-    allocator.deallocate(allocator.allocate(kBytes, s));  // waits for A's lane, or not
+    allocator.deallocate(allocator.allocate(kBytes, s));
     std::unique_lock lock(mutex);
     changed.wait_for(lock, std::chrono::seconds(10), [&] { return round_done >= round; });
-  };
-  int round = 0;
+  }
+};
+
+// The test thread waits for A's lane round after round; it then gets a lane of its own (one
+// more set of heaps in the census), and in the last round its allocation on s goes through
+// while A's is still held: it no longer waits for A's lane. Then two threads in turn do the
+// same and leave: an idle lane is given again.
+TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
+  WaitingRig rig(GetParam(), AllocatorOptions{});
+  constexpr std::size_t kBytes = WaitingRig::kBytes;
+  CachingAllocator& allocator = rig.allocator;
+  HoldingObserver& observer = rig.observer;
+  const StreamHandle s = rig.s;
+  const std::int64_t heaps_before = rig.heaps_before;
+  ASSERT_EQ(heaps_before, 2);
+  auto run_round = [&](int, bool last) { rig.run_round(last); };
+  int round = 0;  // counts the rounds; WaitingRig numbers them itself
   // 256 / 16: sixteen waits ask for a lane; the seventeenth allocation gets it.
   for (; round < 80 && allocator.census().stream_heaps == heaps_before; ++round) {
     run_round(round, false);
@@ -210,15 +241,22 @@ TEST_P(StreamLanesConcurrent, AThreadKeptWaitingOnItsStreamGetsALaneOfItsOwn) {
   }
   EXPECT_EQ(heaps_after[0], heaps_before + 2) << "the first newcomer got no lane of its own";
   EXPECT_EQ(heaps_after[1], heaps_before + 2) << "the second newcomer did not reuse a lane";
-  {
-    std::lock_guard lock(mutex);
-    round_started = 1000;
-    changed.notify_all();
-  }
-  a.join();
   // release_stream gives every lane of the stream back.
   allocator.release_stream(s);
   EXPECT_EQ(allocator.census().stream_heaps, 1);
+  EXPECT_EQ(allocator.census().lane_choices, 2 + 1) << "the test thread's and two newcomers'";
+}
+
+// stream_lanes:1 (AllocatorOptions::stream_lanes): the same waiting, twice as many rounds as
+// gave a lane above, and the thread stays on the stream's heaps.
+TEST_P(StreamLanesConcurrent, WithLanesOffAThreadKeptWaitingStaysOnItsStreamsHeaps) {
+  AllocatorOptions options;
+  options.stream_lanes = 1;
+  WaitingRig rig(GetParam(), options);
+  for (int round = 0; round < 40; ++round) rig.run_round(false);
+  const BlockCensus census = rig.allocator.census();
+  EXPECT_EQ(census.stream_heaps, rig.heaps_before);
+  EXPECT_EQ(census.lane_choices, 0);
 }
 
 // Eight threads on one stream of a fresh allocator (the fast path starts once they contend for
