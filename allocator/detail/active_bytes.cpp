@@ -97,8 +97,8 @@ inline void CachingAllocator::Impl::give_back_active_room_locked(StreamHeaps& he
   heaps.active_room = 0;
 }
 
-// Under the allocator's lock (the census): the sum holds, and each heaps' active bytes are those
-// of its blocks (`active_in` by heaps, counted by the census walk).
+// Under the allocator's lock (the census): the sum holds. (The census also checks each heaps'
+// active bytes against its blocks as it counts them.)
 inline void CachingAllocator::Impl::check_active_bytes_locked() const {
   if (!paged_) return;
   std::size_t total = active_spare_.bytes.load(std::memory_order_relaxed);
