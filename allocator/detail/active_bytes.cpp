@@ -25,11 +25,11 @@ namespace {
 constexpr std::size_t kRoomKept = std::size_t{8} << 20;
 }  // namespace
 
-// On the fast path, under `heaps`' lock: whether `heaps`' room holds `bytes` now, taking from the
-// spare, then from other streams' rooms, if it must. False: the allocator's lock must serve the
-// allocation (nothing changed but room moved between rooms, which keeps the sum).
+// On the paged heap's fast path, under `heaps`' lock: whether its room holds `bytes` now, taking
+// from the spare, then from other streams' rooms, if it must. False: the allocator's lock must
+// serve the allocation (nothing changed but room moved between rooms, which keeps the sum).
 inline bool CachingAllocator::Impl::take_active_room(StreamHeaps& heaps, std::size_t bytes) {
-  if (!paged_ || heaps.active_room >= bytes) [[likely]] return true;
+  if (heaps.active_room >= bytes) [[likely]] return true;
   const std::size_t want = bytes - heaps.active_room + kRoomKept;
   const std::size_t need = bytes - heaps.active_room;
   std::size_t spare = active_spare_.bytes.load(std::memory_order_relaxed);
@@ -79,6 +79,12 @@ inline void CachingAllocator::Impl::add_active(StreamHeaps& heaps, std::size_t b
   if (!paged_) return;
   heaps.active_room -= bytes;
   heaps.active_bytes += bytes;
+}
+
+// Under the allocator's lock: ensure_active_room_locked, then add_active.
+inline void CachingAllocator::Impl::add_active_locked(StreamHeaps& heaps, std::size_t bytes) {
+  ensure_active_room_locked(heaps, bytes);
+  add_active(heaps, bytes);
 }
 
 inline void CachingAllocator::Impl::sub_active(StreamHeaps& heaps, std::size_t bytes) {

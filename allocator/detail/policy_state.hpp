@@ -189,6 +189,7 @@ class CachingAllocator::Impl {
   bool take_active_room(StreamHeaps& heaps, std::size_t bytes);
   void ensure_active_room_locked(StreamHeaps& heaps, std::size_t bytes);
   void add_active(StreamHeaps& heaps, std::size_t bytes);
+  void add_active_locked(StreamHeaps& heaps, std::size_t bytes);
   void sub_active(StreamHeaps& heaps, std::size_t bytes);
   void give_back_active_room_locked(StreamHeaps& heaps);
   void check_active_bytes_locked() const;

@@ -209,8 +209,7 @@ inline SleepResult CachingAllocator::Impl::wake_pool() {
     emit(EventKind::kWakeResident, b.range->pool, b.range->owner->stream, b.address, s.resident,
          0, b.tag);
     b.state = BlockState::kAllocated;
-    ensure_active_room_locked(*b.range->owner, b.size);
-    add_active(*b.range->owner, b.size);
+    add_active_locked(*b.range->owner, b.size);
     emit_block(EventKind::kWake, &b);
     result.blocks++;
     result.bytes += b.size;

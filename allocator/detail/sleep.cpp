@@ -345,8 +345,7 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
     emit(EventKind::kWakeResident, b.range->pool, b.range->owner->stream, b.address, s->resident,
          0, b.tag);
     b.state = BlockState::kAllocated;
-    ensure_active_room_locked(*b.range->owner, b.size);
-    add_active(*b.range->owner, b.size);
+    add_active_locked(*b.range->owner, b.size);
     emit(EventKind::kWake, b.range->pool, b.range->owner->stream, b.address, b.size, b.requested,
          b.tag);
     result.blocks++;

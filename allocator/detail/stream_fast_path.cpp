@@ -93,8 +93,6 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
   // allocator's lock (detail/stream_lanes.cpp).
   if (note_lane_lock(lane, stream, waited)) return 0;
   if (!heaps->open.load(std::memory_order_relaxed) || !stream_path_open_locked()) return 0;
-  // The peak of active bytes would rise: the allocator's lock (detail/active_bytes.cpp).
-  if (!take_active_room(*heaps, size)) return 0;
   FreeBlockIndex& index = heaps->free[pool_index(pool)];
   Block* block = index.find(size);
   if (block == nullptr) return 0;  // growth, or blocks pending on other streams to adopt
@@ -113,6 +111,9 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
       block = best.block;
       address = best.address;
     }
+    // Once the place is known (a miss leaves the rooms alone): the peak of active bytes would
+    // rise, so the allocator's lock serves it (detail/active_bytes.cpp).
+    if (!take_active_room(*heaps, size)) return 0;
     block = take_from_span(index, block, address, size, split);
   } else {
     take_from_segment(index, pool, block, size, split);

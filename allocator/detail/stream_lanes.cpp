@@ -63,8 +63,8 @@ inline StreamHeaps& CachingAllocator::Impl::heaps_for_thread(StreamHandle stream
 //  1. a lane, lane 0 included, that no thread has allocated from since the last such choice
 //     (its thread gone or moved on);
 //  2. a new one, while the stream has fewer than stream_lanes (AllocatorOptions, at most
-//     kMaxLanes) and the fast path's slots last (kept
-//     for streams: a stream or lane without a slot is served under the allocator's lock only);
+//     kMaxLanes) and the fast path's slots last (kept for streams: a stream or lane without a
+//     slot is served under the allocator's lock only);
 //  3. the least busy lane, only if it served under half of what `current` did since the last
 //     choice; else `current`. Moving to a lane as busy as one's own moves the contention along:
 //     with 16 threads on one stream and 15 lanes they could be given (lane 0 never was, before
