@@ -5,8 +5,10 @@
 // hold that lock too (or read while nothing allocates).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <new>
@@ -58,6 +60,22 @@ class EventTrace {
     slot.inactive_split_delta = event.inactive_split_delta;
     slot.inactive_split_bytes_delta = event.inactive_split_bytes_delta;
     if (++next_slot_ == capacity_) next_slot_ = 0;  // compare, not modulo: no division
+  }
+
+  // `count` records made elsewhere (a ledger shard's staged records), in order: one or two block
+  // copies into the ring instead of a field-by-field append each.
+  void append_records(const TraceRecord* records, std::size_t count) noexcept {
+    appended_ += count;
+    if (capacity_ == 0) [[unlikely]] return;
+    while (count > 0) {
+      // Past a full ring only the newest `capacity_` survive; copying them is enough.
+      const std::size_t run = std::min(count, capacity_ - next_slot_);
+      std::memcpy(records_.get() + next_slot_, records, run * sizeof(TraceRecord));
+      records += run;
+      count -= run;
+      next_slot_ += run;
+      if (next_slot_ == capacity_) next_slot_ = 0;
+    }
   }
 
   std::size_t capacity() const noexcept { return capacity_; }

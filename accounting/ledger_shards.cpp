@@ -97,16 +97,18 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   } else {
     return false;
   }
-  StagedRecord& record = staged_[staged_count_++];
+  TraceRecord& record = staged_[staged_count_++];
+  record.time_ticks = read_clock(ledger_.options_.clock);
   record.address = event.address;
-  record.size = static_cast<std::size_t>(size);
-  record.requested = static_cast<std::size_t>(requested);
+  record.size = static_cast<std::uint64_t>(size);
+  record.requested = static_cast<std::uint64_t>(requested);
   record.stream = event.stream;
-  record.ticks = read_clock(ledger_.options_.clock);
-  record.split_bytes = split_bytes;
-  record.split_count = static_cast<std::int32_t>(split_count);
   record.kind = static_cast<EventKind>(kind);
   record.pool = static_cast<PoolKind>(pool);
+  record.tag = kUntagged;
+  record.inactive_split_delta = static_cast<std::int32_t>(split_count);
+  record.inactive_split_bytes_delta = split_bytes;
+  staged_with_splits_ += splits ? 1 : 0;
   return true;
 }
 
@@ -181,22 +183,11 @@ void Ledger::fold_locked() noexcept {
 }
 
 void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
-  for (std::size_t i = 0; i < shard.staged_count_; ++i) {
-    const LedgerShard::StagedRecord& record = shard.staged_[i];
-    AllocatorEvent event{record.kind};
-    event.pool = record.pool;
-    event.tag = kUntagged;
-    event.stream = record.stream;
-    event.address = record.address;
-    event.size = record.size;
-    event.requested = record.requested;
-    event.inactive_split_delta = record.split_count;
-    event.inactive_split_bytes_delta = record.split_bytes;
-    trace_.append(event, record.ticks);
-    ++counters_.events;
-    ++shard_tally_.fast;
-    if (record.split_count != 0 || record.split_bytes != 0) ++shard_tally_.fast_with_splits;
-  }
+  trace_.append_records(shard.staged_.data(), shard.staged_count_);
+  counters_.events += shard.staged_count_;
+  shard_tally_.fast += shard.staged_count_;
+  shard_tally_.fast_with_splits += shard.staged_with_splits_;
+  shard.staged_with_splits_ = 0;
   shard.staged_count_ = 0;
   for (std::size_t c = 0; c < LedgerShard::kCells; ++c) {
     for (std::size_t s = 0; s < shard.streams_used_; ++s) {

@@ -54,6 +54,27 @@ TEST(EventTrace, WrapsExactlyAtCapacity) {
   EXPECT_EQ(addresses(trace), (std::vector<std::uint64_t>{1, 2, 3, 4}));
 }
 
+// A ledger shard's staged records arrive in blocks (EventTrace::append_records): the ring must
+// end up as if each had been appended alone, whatever the block sizes and wherever they wrap.
+TEST(EventTrace, BlocksOfRecordsMatchAppendingOneByOne) {
+  for (const std::size_t capacity : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{7}}) {
+    EventTrace one_by_one(capacity);
+    EventTrace in_blocks(capacity);
+    std::uint64_t next = 0;
+    for (const std::size_t block : {0, 1, 3, 5, 9, 2, 4, 16, 1}) {
+      std::vector<TraceRecord> records;
+      for (std::size_t i = 0; i < block; ++i, ++next) {
+        one_by_one.append(numbered_event(next), 1000 + next);
+        records.push_back(make_trace_record(numbered_event(next), 1000 + next));
+      }
+      in_blocks.append_records(records.data(), records.size());
+      ASSERT_EQ(in_blocks.appended(), one_by_one.appended()) << "capacity " << capacity;
+      ASSERT_EQ(in_blocks.to_vector(), one_by_one.to_vector())
+          << "capacity " << capacity << ", after a block of " << block;
+    }
+  }
+}
+
 TEST(EventTrace, ZeroCapacityDropsEverything) {
   EventTrace trace(0);
   for (std::uint64_t i = 0; i < 5; ++i) trace.append(numbered_event(i), i);
