@@ -57,13 +57,15 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
                                                   std::size_t block_bytes) {
   const std::size_t size = request_size(bytes, block_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  if (stream_path_.load(std::memory_order_acquire)) {
+  const bool stream_path = stream_path_.load(std::memory_order_acquire);
+  if (stream_path) {
     if (const DevicePtr ptr = stream_allocate(bytes, size, pool, stream, tag)) return ptr;
   }
   const bool waited = !mutex_.try_lock();
   if (waited) mutex_.lock();
   std::lock_guard lock(mutex_, std::adopt_lock);
   if (waited) note_allocator_lock_waited();  // detail/stream_lanes.cpp
+  locked_allocations_ += stream_path ? 1 : 0;
   return allocate_block_locked(bytes, size, pool, stream, tag)->address;
 }
 

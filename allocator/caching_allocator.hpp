@@ -54,6 +54,9 @@ struct BlockCensus {
   // Times a thread kept waiting for its lane's lock was given a lane (a new one, one its thread
   // left, or its own again): a figure that keeps rising means threads pass between lanes.
   std::int64_t lane_choices = 0;
+  // Allocations the per-stream fast path left to the allocator's lock once it was open (growth,
+  // pages to map, pending frees, a lane change): each stops every stream's thread meanwhile.
+  std::int64_t locked_allocations = 0;
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;

@@ -113,7 +113,7 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   // And the driver calls the run made (maps, unmaps, creates: ~20-35 us each on the H200, so a
   // rate the simulated device hides), per thousand pairs of all threads.
   const std::uint64_t calls_before = thread == 0 ? page_calls(rig.device) : 0;
-  const std::int64_t lanes_before = thread == 0 ? rig.allocator.census().lane_choices : 0;
+  const BlockCensus census_before = thread == 0 ? rig.allocator.census() : BlockCensus{};
   for (auto _ : state) {
     const std::uint32_t slot = pattern.slots[k];
     rig.allocator.deallocate(live[slot]);
@@ -130,8 +130,15 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
         1000.0 * static_cast<double>(page_calls(rig.device) - calls_before) / pairs;
     // Lanes given during the run (docs/design.md 4): more than a few means threads pass from
     // lane to lane.
+    const BlockCensus census_after = rig.allocator.census();
     state.counters["lane_choices"] =
-        static_cast<double>(rig.allocator.census().lane_choices - lanes_before);
+        static_cast<double>(census_after.lane_choices - census_before.lane_choices);
+    // Allocations the stream path left to the allocator's lock, per thousand pairs: each one
+    // stops every thread meanwhile.
+    state.counters["locked_per_kpair"] =
+        1000.0 *
+        static_cast<double>(census_after.locked_allocations - census_before.locked_allocations) /
+        pairs;
   }
   for (DevicePtr ptr : live) rig.allocator.deallocate(ptr);
   state.SetItemsProcessed(state.iterations());

@@ -153,6 +153,10 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
 // idle memory cut them to 12,958 but took gpt2_generate (446 MB: a 2 MiB page is 0.47%) to
 // 1.0431; from 2% to 10% it moves by a page either way (3% is the level that kept it within
 // 1.02 without aliasing and 1.03 with it at every lag).
+//
+// Also asked on a stream's fast path (detail/stream_fast_path.cpp), under that stream's lock:
+// reserved_bytes_ changes only under the allocator's lock, which holds that one too, and other
+// streams' free mapped pages are read as they stand.
 inline bool CachingAllocator::Impl::idle_mapped_memory_is_plentiful(PoolKind pool) const {
   constexpr std::size_t kPlentifulIdlePercent = 3;
   return free_mapped_pages(pool_index(pool)) * page_bytes_ * 100 >=

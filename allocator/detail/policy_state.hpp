@@ -291,7 +291,9 @@ class CachingAllocator::Impl {
   Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
                                                Block* best_fit) const;
   bool idle_mapped_memory_is_plentiful(PoolKind pool) const;
-  // Every stream's StreamHeaps::free_mapped_pages of pool `p`; under the allocator's lock.
+  // Every stream's StreamHeaps::free_mapped_pages of pool `p`: exact under the allocator's lock;
+  // under one stream's lock (the fast path), others' as they stand (streams_ itself changes only
+  // under the allocator's lock).
   std::size_t free_mapped_pages(int p) const {
     std::size_t pages = 0;
     for (const auto& heaps : streams_) pages += heaps->free_mapped_pages[p];
@@ -446,6 +448,8 @@ class CachingAllocator::Impl {
   std::uint64_t allocator_lock_waits_ = 0;
   // Lanes given to threads that asked (new_lane_for), under it; BlockCensus::lane_choices.
   std::uint64_t lane_choices_ = 0;
+  // Allocations served under it while the stream path was open; BlockCensus::locked_allocations.
+  std::uint64_t locked_allocations_ = 0;
   DeviceBackend& backend_;
   AllocatorObserver* observer_;
   AllocatorOptions options_;

@@ -19,6 +19,25 @@ namespace vramledger {
 
 class ObserverShard;  // allocator_events.hpp
 
+// A count written by one thread at a time (under its stream's lock, or the allocator's, which
+// holds that one too) and read by others without it: relaxed loads and stores, no
+// read-modify-write (a lone writer needs none), so a reader sees some value the count had.
+class SingleWriterCount {
+ public:
+  operator std::size_t() const noexcept { return value_.load(std::memory_order_relaxed); }
+  SingleWriterCount& operator+=(std::size_t n) noexcept {
+    value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    return *this;
+  }
+  SingleWriterCount& operator-=(std::size_t n) noexcept {
+    value_.store(value_.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+    return *this;
+  }
+
+ private:
+  std::atomic<std::size_t> value_{0};
+};
+
 // Split changes (torch's inactive split, the paged heap's page fragments) waiting for the event
 // of the operation that caused them, which carries them (AllocatorEvent).
 struct SplitDelta {
@@ -74,9 +93,11 @@ struct alignas(64) StreamHeaps {
   };
   std::vector<RetiringMapping> retiring;
   // Mapped pages of this stream's spans lying wholly in free blocks, per pool (retiring ones
-  // not counted): kept per stream, under `mutex`, so that the fast paths of different streams
-  // share no counter (Impl::free_mapped_pages sums them under the allocator's lock).
-  std::size_t free_mapped_pages[2] = {0, 0};
+  // not counted): kept per stream, written under `mutex`, so that the fast paths of different
+  // streams share no counter. Impl::free_mapped_pages sums them: exactly under the allocator's
+  // lock; on a stream's fast path, as they stand while other streams change theirs (a policy
+  // heuristic's input, Impl::idle_mapped_memory_is_plentiful).
+  SingleWriterCount free_mapped_pages[2];
   // The stream's clock: allocations served on it so far (under `mutex`). A page freed at clock
   // c is cold for other streams once the clock passes c + kColdAllocations: the stream went on
   // allocating without needing it (Impl::chunk_is_cold).

@@ -167,6 +167,41 @@ TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
   for (const DevicePtr ptr : {on_a, on_b, fence_1, fence_2}) allocator.deallocate(ptr);
 }
 
+// Paged heap: when every near fit needs pages mapped but idle mapped memory is plentiful, the
+// locked path takes the tightest free run of mapped pages; the fast path now does the same under
+// b's lock alone. b's only fitting free block below its span's tail is 14 MiB whose front 6 MiB
+// are unmapped and whose back 8 MiB are mapped: a 6 MiB request goes to the back, with no driver
+// call, while a's allocation is held inside the allocator with a's lock.
+TEST(StreamLocksConcurrentPaged, ATightestMappedRunIsTakenOnTheFastPath) {
+  SimulatedDevice device(device_options(Heap::kPaged));
+  const StreamHandle a = device.create_stream();
+  const StreamHandle b = device.create_stream();
+  Rendezvous observer(a, b);
+  CachingAllocator allocator(device, &observer, allocator_options(Heap::kPaged));
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const DevicePtr front = allocator.allocate(6 * kMiB, b);
+  const DevicePtr back = allocator.allocate(8 * kMiB, b);
+  const DevicePtr fence = allocator.allocate(2 * kMiB, b);
+  ASSERT_EQ(back, front + 6 * kMiB) << "the test needs the two blocks side by side";
+  allocator.deallocate(front);
+  allocator.empty_cache();  // the front's pages unmapped
+  allocator.deallocate(back);  // merged with the front: 14 MiB, mapped from 6 MiB on
+  const DevicePtr warm_a = allocator.allocate(kMiB, a);
+  allocator.deallocate(warm_a);
+  const std::size_t maps_before = device.call_count(SimOp::kMapPages);
+  observer.arm();
+  DevicePtr on_a = 0;
+  std::thread first([&] { on_a = allocator.allocate(kMiB, a); });
+  observer.wait_until_a_waits();
+  const DevicePtr on_b = allocator.allocate(6 * kMiB, b);
+  first.join();
+  EXPECT_TRUE(observer.met()) << "the allocation on stream b took the allocator's lock";
+  EXPECT_EQ(on_b, back);
+  EXPECT_EQ(device.call_count(SimOp::kMapPages), maps_before);
+  EXPECT_EQ(allocator.census().locked_allocations, 0);
+  for (const DevicePtr ptr : {on_a, on_b, fence}) allocator.deallocate(ptr);
+}
+
 // Phases separated by barriers: every thread allocates blocks of mixed sizes on its own stream,
 // all wait, then each frees another thread's blocks (a cross-stream free: the owner stream's
 // lock), some after record_stream on a third stream. Within a phase the allocated count and
