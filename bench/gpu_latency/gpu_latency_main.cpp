@@ -7,6 +7,9 @@
 //                         ("backend:<name>,front_cache_mb:1024", docs/design.md 5)
 //   cudaMalloc            cudaMalloc + cudaFree
 //   cudaMallocAsync       cudaMallocAsync + cudaFreeAsync, default pool, release threshold max
+//   rmm-pool, rmm-arena   RAPIDS RMM's pool_memory_resource / arena_memory_resource over
+//                         cuda_memory_resource (when built with RMM: scripts/fetch_rmm.sh);
+//                         rmm-arena has no growth case (its arena is taken whole when built)
 //   torch-native          torch's caching allocator, raw_alloc_with_stream / raw_delete (when
 //                         built against torch); torch-expandable: the same, growth only, under
 //                         expandable_segments:True
@@ -64,6 +67,9 @@
 #include "bench/gpu_latency/peers.hpp"
 #ifdef VRAMLEDGER_BENCH_WITH_TORCH
 #include "bench/gpu_latency/torch_native_peer.hpp"
+#endif
+#ifdef VRAMLEDGER_BENCH_WITH_RMM
+#include "bench/gpu_latency/rmm_peer.hpp"
 #endif
 
 namespace vramledger::gpu_latency {
@@ -205,6 +211,7 @@ const MixedPattern& mixed_pattern(int thread) {
 
 struct LiveBlock {
   void* ptr = nullptr;
+  std::size_t bytes = 0;  // deallocate's size (RMM needs it)
   cudaStream_t stream = nullptr;
 };
 
@@ -214,7 +221,7 @@ template <class Peer>
 void pair_case(benchmark::State& state, const std::string& name, Peer& peer, std::size_t bytes,
                cudaStream_t stream) {
   try {
-    peer.deallocate(peer.allocate(bytes, stream), stream);  // warm: the size is now cached
+    peer.deallocate(peer.allocate(bytes, stream), bytes, stream);  // warm: the size is now cached
   } catch (const std::exception& error) {
     fail(state, name, error);
     return;
@@ -223,7 +230,7 @@ void pair_case(benchmark::State& state, const std::string& name, Peer& peer, std
     try {
       // No benchmark::DoNotOptimize(ptr): both calls are opaque to the compiler anyway, and
       // Google Benchmark 1.7's "+m,r" form handed deallocate a garbage pointer in a -O1 build.
-      peer.deallocate(peer.allocate(bytes, stream), stream);
+      peer.deallocate(peer.allocate(bytes, stream), bytes, stream);
     } catch (const std::exception& error) {
       fail(state, name, error);
       break;
@@ -256,7 +263,7 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
     for (LiveBlock& block : live) {
       if (block.ptr == nullptr) continue;
       try {
-        peer.deallocate(block.ptr, block.stream);
+        peer.deallocate(block.ptr, block.bytes, block.stream);
       } catch (const std::exception&) {
         // Already failing; the first error is the one reported.
       }
@@ -266,7 +273,8 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   try {
     for (std::size_t i = 0; i < kLiveBlocks; ++i) {
       live[i].stream = stream_for(i);
-      live[i].ptr = peer.allocate(sizes[i], live[i].stream);
+      live[i].bytes = sizes[i];
+      live[i].ptr = peer.allocate(live[i].bytes, live[i].stream);
     }
   } catch (const std::exception& error) {
     fail(state, name, error);
@@ -287,10 +295,11 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   for (auto _ : state) {
     try {
       LiveBlock& oldest = live[j % kLiveBlocks];
-      peer.deallocate(oldest.ptr, oldest.stream);
+      peer.deallocate(oldest.ptr, oldest.bytes, oldest.stream);
       oldest.ptr = nullptr;
       oldest.stream = stream_for(j + kLiveBlocks);
-      oldest.ptr = peer.allocate(sizes[(j + kLiveBlocks) & (kPatternLength - 1)], oldest.stream);
+      oldest.bytes = sizes[(j + kLiveBlocks) & (kPatternLength - 1)];
+      oldest.ptr = peer.allocate(oldest.bytes, oldest.stream);
     } catch (const std::exception& error) {
       fail(state, name, error);
       break;
@@ -329,14 +338,14 @@ void pair_threads_case(benchmark::State& state, const std::string& registered_na
   const cudaStream_t stream =
       streams.at(shared ? 0 : static_cast<std::size_t>(state.thread_index()));
   try {
-    peer.deallocate(peer.allocate(bytes, stream), stream);
+    peer.deallocate(peer.allocate(bytes, stream), bytes, stream);
   } catch (const std::exception& error) {
     fail(state, name, error);
     return;
   }
   for (auto _ : state) {
     try {
-      peer.deallocate(peer.allocate(bytes, stream), stream);
+      peer.deallocate(peer.allocate(bytes, stream), bytes, stream);
     } catch (const std::exception& error) {
       fail(state, name, error);
       break;
@@ -597,6 +606,28 @@ bool run_on_gpu(const RunLengths& lengths) {
   } catch (const PeerError& error) {
     record_setup_failure("cudaMallocAsync", error.what());
   }
+
+#ifdef VRAMLEDGER_BENCH_WITH_RMM
+  // RAPIDS RMM over cuda_memory_resource. The arena takes its 16 GiB when built and is left out
+  // of the growth list (nothing to grow); the pool grows from empty as the others do.
+  std::vector<std::unique_ptr<RmmPeer>> rmm_peers;
+  for (const auto& [name, kind] : {std::pair<std::string, RmmPeer::Kind>{"rmm-pool", RmmPeer::Kind::kPool},
+                                   {"rmm-arena", RmmPeer::Kind::kArena}}) {
+    try {
+      rmm_peers.push_back(std::make_unique<RmmPeer>(kind));
+    } catch (const PeerError& error) {
+      // Built with RMM, so expected here: a failure, not a skip.
+      record_setup_failure(name, error.what());
+      continue;
+    }
+    note("allocator " + name, rmm_peers.back()->describe());
+    all.push_back(cases_for(name, *rmm_peers.back(), *streams, lengths.fast_min_time_s,
+                            lengths.growth_iterations, true, kind == RmmPeer::Kind::kPool));
+  }
+#else
+  note("allocator rmm-pool", "not built (RMM not found when configured: scripts/fetch_rmm.sh)");
+  note("allocator rmm-arena", "not built (RMM not found when configured: scripts/fetch_rmm.sh)");
+#endif
 
 #ifdef VRAMLEDGER_BENCH_WITH_TORCH
   std::unique_ptr<TorchNativePeer> torch_native;

@@ -111,7 +111,7 @@ GrowthSample CudaMallocPeer::grow_cold(std::size_t bytes, cudaStream_t stream) {
   const auto start = Clock::now();
   void* ptr = allocate(bytes, stream);
   sample.alloc_seconds = seconds_between(start, Clock::now());
-  deallocate(ptr, stream);
+  deallocate(ptr, bytes, stream);
   return sample;
 }
 
@@ -152,7 +152,7 @@ GrowthSample MallocAsyncPeer::grow_cold(std::size_t bytes, cudaStream_t stream) 
   const auto start = Clock::now();
   void* ptr = allocate(bytes, stream);
   sample.alloc_seconds = seconds_between(start, Clock::now());
-  deallocate(ptr, stream);
+  deallocate(ptr, bytes, stream);
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   check_cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo(0)");
   return sample;

@@ -1,14 +1,16 @@
 // The allocators vramledger-bench-gpu-latency compares, each behind the same small interface so
 // one templated benchmark body serves them all (no virtual call in the timed loop):
 //
-//   void* allocate(std::size_t bytes, cudaStream_t stream);     // throws PeerError
-//   void deallocate(void* ptr, cudaStream_t stream);            // throws PeerError
-//   void prepare_growth();                                      // before a growth loop
-//   GrowthSample grow_cold(std::size_t bytes, cudaStream_t);     // see GrowthSample
-//   void finish_growth();                                       // after it
+//   void* allocate(std::size_t bytes, cudaStream_t stream);              // throws PeerError
+//   void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream);  // throws PeerError
+//   void prepare_growth();                                               // before a growth loop
+//   GrowthSample grow_cold(std::size_t bytes, cudaStream_t);             // see GrowthSample
+//   void finish_growth();                                                // after it
 //
 // `stream` is the stream the block is used on; allocators without streams ignore it, and a
-// block is always freed with the stream it was allocated with.
+// block is always freed with the stream it was allocated with. `bytes` in deallocate is the size
+// the block was allocated with: RMM's resources need it (rmm_peer.hpp); the others use it at
+// most in an error message.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -109,7 +111,8 @@ class VramledgerPeer {
     return reinterpret_cast<void*>(
         allocator_->allocate(bytes, reinterpret_cast<StreamHandle>(stream)));
   }
-  void deallocate(void* ptr, cudaStream_t /*stream: the allocator remembers it*/) {
+  void deallocate(void* ptr, std::size_t /*bytes*/,
+                  cudaStream_t /*stream: the allocator remembers both*/) {
     allocator_->deallocate(reinterpret_cast<DevicePtr>(ptr));
   }
   // Growth uses a second backend of the same kind (make_backend), made before the loop, so the
@@ -146,9 +149,9 @@ class CudaMallocPeer {
     if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaMalloc", bytes);
     return ptr;
   }
-  void deallocate(void* ptr, cudaStream_t /*stream*/) {
+  void deallocate(void* ptr, std::size_t bytes, cudaStream_t /*stream*/) {
     const cudaError_t error = cudaFree(ptr);
-    if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaFree", 0);
+    if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaFree", bytes);
   }
   void prepare_growth() {}
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
@@ -169,9 +172,9 @@ class MallocAsyncPeer {
     if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaMallocAsync", bytes);
     return ptr;
   }
-  void deallocate(void* ptr, cudaStream_t stream) {
+  void deallocate(void* ptr, std::size_t bytes, cudaStream_t stream) {
     const cudaError_t error = cudaFreeAsync(ptr, stream);
-    if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaFreeAsync", 0);
+    if (error != cudaSuccess) [[unlikely]] throw_cuda(error, "cudaFreeAsync", bytes);
   }
   // Cold = the pool trimmed to zero before the loop; each iteration ends by trimming again.
   void prepare_growth() { trim(); }

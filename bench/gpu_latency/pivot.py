@@ -35,7 +35,8 @@ GROWTH_CASES = ["1GiB", "8GiB"]
 # Rows in this order first; anything else (e.g. the simulated dry run's) after, as found.
 ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-vmm-front", "vramledger-vmm-trade",
                    "vramledger-cuda_malloc", "vramledger-cuda_malloc-front", "vramledger-malloc_async",
-                   "torch-native", "torch-expandable", "cudaMallocAsync", "cudaMalloc"]
+                   "torch-native", "torch-expandable", "cudaMallocAsync", "rmm-pool", "rmm-arena",
+                   "cudaMalloc"]
 REFERENCES = ["torch-native", "cudaMallocAsync"]
 # Parts Google Benchmark appends to a registered name.
 GB_SUFFIX = re.compile(r"^(min_time|min_warmup_time|iterations|repeats|real_time|manual_time|"
@@ -298,7 +299,9 @@ def markdown(source: Path, context: dict, cells, order) -> str:
         lines += ["## Growth from a cold allocator", "",
                   "One iteration: the first allocation of the size from an allocator holding "
                   "nothing, its free, and the memory going back to the driver (torch: "
-                  "`emptyCache()`; cudaMallocAsync: trim to 0). ms per iteration; `alloc`: the "
+                  "`emptyCache()`; cudaMallocAsync: trim to 0; rmm-pool: a fresh pool, destroyed "
+                  "after; rmm-arena has no growth case, its arena being taken whole when built). "
+                  "ms per iteration; `alloc`: the "
                   "allocate call alone.", ""]
         header = ["allocator"]
         for c in growth:

@@ -29,7 +29,8 @@ class TorchNativePeer {
   void* allocate(std::size_t bytes, cudaStream_t stream) {
     return allocator_->raw_alloc_with_stream(bytes, stream);  // throws c10::Error (OOM, ...)
   }
-  void deallocate(void* ptr, cudaStream_t /*stream: the allocator remembers it*/) {
+  void deallocate(void* ptr, std::size_t /*bytes*/,
+                  cudaStream_t /*stream: the allocator remembers both*/) {
     allocator_->raw_delete(ptr);
   }
 
