@@ -3,7 +3,8 @@
 # torch's native caching allocator (when built against torch), plus cold growth by 1 and 8 GiB.
 # Then pivot.py's table and chart.
 #
-# Time limits: build 240 s; the run 200 s (90 s with --quick, which also shortens every case);
+# Time limits: build 240 s; the run 200 s (150 s with --quick, which also shortens every case;
+# 90 s before the two RMM peers);
 # pivot 30 s. Writes $LOGS/gpu_latency.{log,json,md,svg} (and gpu_latency_build.log).
 # VRAMLEDGER_GPU_LATENCY_FILTER=REGEX runs only the matching cases (--benchmark_filter).
 gl_target=bench/gpu_latency/vramledger-bench-gpu-latency
@@ -22,7 +23,7 @@ if (( gl_status != 0 )); then
 else
   gl_limit=200
   gl_args=(--benchmark_out="$LOGS/gpu_latency.json" --benchmark_out_format=json)
-  if (( QUICK )); then gl_limit=90; gl_args+=(--quick); fi
+  if (( QUICK )); then gl_limit=150; gl_args+=(--quick); fi
   # VRAMLEDGER_GPU_LATENCY_FILTER: a Google Benchmark filter, to rerun some cases only (e.g.
   # the warm pairs and rings of vramledger and torch, without growth and the raw peers).
   if [[ -n "${VRAMLEDGER_GPU_LATENCY_FILTER:-}" ]]; then
