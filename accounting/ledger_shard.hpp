@@ -64,7 +64,7 @@ inline constexpr std::size_t kSplitBytes = 4;
 class alignas(64) LedgerShard final : public ObserverShard {
  public:
   static constexpr std::size_t kStreams = 4;   // streams a shard counts for itself
-  static constexpr std::size_t kStaged = 512;  // trace records held before a fold
+  static constexpr std::size_t kStaged = 128;  // trace records held before a fold
 
   // `for_stream`: the shard of a stream's heaps on the per-stream fast path (Ledger::
   // open_stream_shard), which also counts split changes; else a front cache's.
