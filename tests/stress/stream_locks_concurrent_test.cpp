@@ -107,26 +107,53 @@ class Rendezvous final : public AllocatorObserver {
   bool armed_ = false, a_waiting_ = false, b_reported_ = false, met_ = false;
 };
 
+// Two streams, a and b, and an allocator whose observer is a Rendezvous of the two.
+struct TwoStreamRig {
+  explicit TwoStreamRig(Heap heap)
+      : device(device_options(heap)),
+        a(device.create_stream()),
+        b(device.create_stream()),
+        observer(a, b),
+        allocator(device, &observer, allocator_options(heap)) {}
+  SimulatedDevice device;
+  const StreamHandle a;
+  const StreamHandle b;
+  Rendezvous observer;
+  CachingAllocator allocator;
+};
+
+// Allocates `bytes_a` on stream a in a thread whose event the observer holds (a's allocation
+// stays inside the allocator, a's lock held), and meanwhile `bytes_b` on stream b. Afterwards
+// observer.met() says whether b's allocation finished without waiting for a's.
+struct OverlappedAllocations {
+  DevicePtr on_a = 0;
+  DevicePtr on_b = 0;
+};
+OverlappedAllocations allocate_on_b_while_a_waits(CachingAllocator& allocator,
+                                                  Rendezvous& observer, StreamHandle a,
+                                                  std::size_t bytes_a, StreamHandle b,
+                                                  std::size_t bytes_b) {
+  observer.arm();
+  OverlappedAllocations result;
+  std::thread first([&] { result.on_a = allocator.allocate(bytes_a, a); });
+  observer.wait_until_a_waits();
+  result.on_b = allocator.allocate(bytes_b, b);
+  first.join();
+  return result;
+}
+
 // Warm allocations on two streams proceed at once: b's runs while a's is still inside the
 // allocator (its event held by the observer), so b's did not wait for an allocator-wide lock.
 TEST_P(StreamLocksConcurrent, OwnStreamAllocationsDoNotWaitForEachOther) {
-  SimulatedDevice device(device_options(GetParam()));
-  const StreamHandle a = device.create_stream();
-  const StreamHandle b = device.create_stream();
-  Rendezvous observer(a, b);
-  CachingAllocator allocator(device, &observer, allocator_options(GetParam()));
+  TwoStreamRig rig(GetParam());
+  auto& [device, a, b, observer, allocator] = rig;
   constexpr std::size_t kBytes = std::size_t{1} << 20;
   // Both blocks live at once: neither stream's pages can go to the other (paged heap).
   const DevicePtr warm_a = allocator.allocate(kBytes, a);
   const DevicePtr warm_b = allocator.allocate(kBytes, b);
   allocator.deallocate(warm_a);
   allocator.deallocate(warm_b);
-  observer.arm();
-  DevicePtr on_a = 0;
-  std::thread first([&] { on_a = allocator.allocate(kBytes, a); });
-  observer.wait_until_a_waits();
-  const DevicePtr on_b = allocator.allocate(kBytes, b);
-  first.join();
+  const auto [on_a, on_b] = allocate_on_b_while_a_waits(allocator, observer, a, kBytes, b, kBytes);
   EXPECT_TRUE(observer.met()) << "the allocation on stream b waited for the one on stream a";
   allocator.deallocate(on_a);
   allocator.deallocate(on_b);
@@ -137,11 +164,8 @@ TEST_P(StreamLocksConcurrent, OwnStreamAllocationsDoNotWaitForEachOther) {
 // (a's allocation is held inside the allocator meanwhile, with a's lock), and it is the place
 // the allocator's lock would have chosen: the mapped block, with no driver call.
 TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
-  SimulatedDevice device(device_options(Heap::kPaged));
-  const StreamHandle a = device.create_stream();
-  const StreamHandle b = device.create_stream();
-  Rendezvous observer(a, b);
-  CachingAllocator allocator(device, &observer, allocator_options(Heap::kPaged));
+  TwoStreamRig rig(Heap::kPaged);
+  auto& [device, a, b, observer, allocator] = rig;
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   // On b: a 6 MiB block whose pages are unmapped (the best fit for 6 MiB) and an 8 MiB block
   // still mapped, kept apart by live blocks.
@@ -155,12 +179,7 @@ TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
   const DevicePtr warm_a = allocator.allocate(kMiB, a);
   allocator.deallocate(warm_a);
   const std::size_t maps_before = device.call_count(SimOp::kMapPages);
-  observer.arm();
-  DevicePtr on_a = 0;
-  std::thread first([&] { on_a = allocator.allocate(kMiB, a); });
-  observer.wait_until_a_waits();
-  const DevicePtr on_b = allocator.allocate(6 * kMiB, b);
-  first.join();
+  const auto [on_a, on_b] = allocate_on_b_while_a_waits(allocator, observer, a, kMiB, b, 6 * kMiB);
   EXPECT_TRUE(observer.met()) << "the allocation on stream b took the allocator's lock";
   EXPECT_EQ(on_b, mapped);
   EXPECT_EQ(device.call_count(SimOp::kMapPages), maps_before);
@@ -173,11 +192,8 @@ TEST(StreamLocksConcurrentPaged, APlaceNeedingNoPagesIsTakenOnTheFastPath) {
 // are unmapped and whose back 8 MiB are mapped: a 6 MiB request goes to the back, with no driver
 // call, while a's allocation is held inside the allocator with a's lock.
 TEST(StreamLocksConcurrentPaged, ATightestMappedRunIsTakenOnTheFastPath) {
-  SimulatedDevice device(device_options(Heap::kPaged));
-  const StreamHandle a = device.create_stream();
-  const StreamHandle b = device.create_stream();
-  Rendezvous observer(a, b);
-  CachingAllocator allocator(device, &observer, allocator_options(Heap::kPaged));
+  TwoStreamRig rig(Heap::kPaged);
+  auto& [device, a, b, observer, allocator] = rig;
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   const DevicePtr front = allocator.allocate(6 * kMiB, b);
   const DevicePtr back = allocator.allocate(8 * kMiB, b);
@@ -189,12 +205,7 @@ TEST(StreamLocksConcurrentPaged, ATightestMappedRunIsTakenOnTheFastPath) {
   const DevicePtr warm_a = allocator.allocate(kMiB, a);
   allocator.deallocate(warm_a);
   const std::size_t maps_before = device.call_count(SimOp::kMapPages);
-  observer.arm();
-  DevicePtr on_a = 0;
-  std::thread first([&] { on_a = allocator.allocate(kMiB, a); });
-  observer.wait_until_a_waits();
-  const DevicePtr on_b = allocator.allocate(6 * kMiB, b);
-  first.join();
+  const auto [on_a, on_b] = allocate_on_b_while_a_waits(allocator, observer, a, kMiB, b, 6 * kMiB);
   EXPECT_TRUE(observer.met()) << "the allocation on stream b took the allocator's lock";
   EXPECT_EQ(on_b, back);
   EXPECT_EQ(device.call_count(SimOp::kMapPages), maps_before);
