@@ -8,7 +8,10 @@
 //
 // It also checks that one physical allocation can be mapped at two addresses at once (what a
 // "map at the new address first, unmap the old one later" move needs), and whether a kernel
-// launched right after an unmap starts late.
+// launched right after an unmap starts late. Last (2026-12-03, not yet run on the H200): whether
+// page moves made on a helper thread slow kernel launches on the allocating thread, and the
+// other way round, which decides whether moves can leave the allocating thread (issue 14,
+// bench/results/2026-12-03-replay-layout-union-and-donors.md).
 //
 // Build: nvcc -O2 -std=c++17 -o vmm_sync_probe vmm_sync_probe.cu -lcuda
 // Prints one line per call: the call, µs idle, µs while the GPU spins, and "WAITS" when the busy
@@ -17,11 +20,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -238,6 +243,71 @@ int main() {
       std::printf("  n=%2d %-4s map+access %8.1f | %8.1f   unmap %8.1f | %8.1f\n", n, busy_now ? "busy" : "idle",
                   median(one_access), median(each_access), median(one_unmap), median(each_unmap));
     }
+  }
+  // Can page moves leave the allocating thread? A helper thread would map ahead of need and
+  // unmap donors while the thread that allocates goes on launching kernels. That helps only if
+  // the driver lets the two run side by side: time 20,000 launches of an empty kernel on one
+  // thread, alone and while a second thread moves 4 MiB chunks (unmap + map + set access) in a
+  // loop, and the moves' cost with and without the launches beside them (issue 14).
+  {
+    constexpr int kLaunches = 20000;
+    constexpr int kMovePages = 8;
+    std::vector<CUmemGenericAllocationHandle> movers;
+    for (int i = 0; i < kMovePages; ++i) movers.push_back(vmm.create());
+    const CUdeviceptr from = vmm.reserve(kMovePages);
+    const CUdeviceptr to = vmm.reserve(kMovePages);
+    for (int i = 0; i < kMovePages; ++i) {
+      vmm.map(from + i * vmm.page, movers[i]);
+      vmm.set_access(from + i * vmm.page);
+    }
+    auto launches = [&] {
+      return micros([&] {
+        for (int i = 0; i < kLaunches; ++i) spin_kernel<<<1, 1, 0, other>>>(0);
+        check(cudaStreamSynchronize(other), "sync");
+      });
+    };
+    // Moves every chunk from one range to the other, round after round, until `stop` (checked
+    // between rounds, so the chunks are always all on one side between runs: `at_from`).
+    std::atomic<bool> stop{false};
+    std::atomic<long> moves{0};
+    bool at_from = true;
+    auto mover = [&] {
+      check(cudaSetDevice(0), "cudaSetDevice (mover)");
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < kMovePages; ++i) {
+          const CUdeviceptr old_va = (at_from ? from : to) + i * vmm.page;
+          const CUdeviceptr new_va = (at_from ? to : from) + i * vmm.page;
+          vmm.unmap(old_va);
+          vmm.map(new_va, movers[i]);
+          vmm.set_access(new_va);
+          moves.fetch_add(1, std::memory_order_relaxed);
+        }
+        at_from = !at_from;
+      }
+    };
+    const double alone = launches();
+    const double moves_alone_us = [&] {
+      moves = 0;
+      stop = false;
+      std::thread t(mover);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      stop = true;
+      t.join();
+      return 200000.0 / static_cast<double>(std::max<long>(moves.load(), 1));
+    }();
+    moves = 0;
+    stop = false;
+    const auto start = std::chrono::steady_clock::now();
+    std::thread t(mover);
+    const double beside = launches();
+    stop = true;
+    t.join();
+    const double elapsed =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%d empty-kernel launches on one thread: %.1f us alone, %.1f us while another thread moves chunks\n",
+                kLaunches, alone, beside);
+    std::printf("a chunk move (unmap + map + set access) on the other thread: %.1f us alone, %.1f us beside the launches (%ld moves)\n",
+                moves_alone_us, elapsed / static_cast<double>(std::max<long>(moves.load(), 1)), moves.load());
   }
   std::printf("done\n");
   return 0;
