@@ -213,6 +213,30 @@ TEST(StreamLocksConcurrentPaged, ATightestMappedRunIsTakenOnTheFastPath) {
   for (const DevicePtr ptr : {on_a, on_b, fence}) allocator.deallocate(ptr);
 }
 
+// BlockCensus::locked_allocations counts what the fast path leaves to the allocator's lock once
+// it is open, and nothing before: a warm allocation adds nothing, one that must grow adds one.
+TEST_P(StreamLocksConcurrent, LockedAllocationsCountWhatTheFastPathLeaves) {
+  TwoStreamRig rig(GetParam());
+  auto& [device, a, b, observer, allocator] = rig;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const DevicePtr warm_a = allocator.allocate(kMiB, a);  // one stream: no fast path yet
+  EXPECT_EQ(allocator.census().locked_allocations, 0);
+  // Both live at once, so neither stream's pages go to the other (paged heap); the second
+  // stream opens the fast path.
+  const DevicePtr warm_b = allocator.allocate(kMiB, b);
+  allocator.deallocate(warm_a);
+  allocator.deallocate(warm_b);
+  const std::int64_t opened = allocator.census().locked_allocations;
+  for (int round = 0; round < 3; ++round) {
+    allocator.deallocate(allocator.allocate(kMiB, a));
+    allocator.deallocate(allocator.allocate(kMiB, b));
+  }
+  EXPECT_EQ(allocator.census().locked_allocations, opened) << "warm allocations took the lock";
+  const DevicePtr grown = allocator.allocate(64 * kMiB, a);  // no free block holds it: growth
+  EXPECT_EQ(allocator.census().locked_allocations, opened + 1);
+  allocator.deallocate(grown);
+}
+
 // Phases separated by barriers: every thread allocates blocks of mixed sizes on its own stream,
 // all wait, then each frees another thread's blocks (a cross-stream free: the owner stream's
 // lock), some after record_stream on a third stream. Within a phase the allocated count and
