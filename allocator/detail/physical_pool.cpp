@@ -104,13 +104,19 @@ inline std::size_t CachingAllocator::Impl::chunk_pages_for(std::size_t run_pages
 // cross-stream slack: streams that hand work to each other (a side stream making inputs that
 // the main stream consumes) otherwise take each other's pages at every step, and each move is
 // an unmap and a map (measured on the H200: +76% step time on the two-stream workload).
+//
+// The slack is at least kMinSlackPages pages: a heap under ~200 MB has a 1% share smaller than
+// one page, and two streams taking turns with a block each then traded a page at every
+// allocation (an unmap and a map under the allocator's lock, ~70 us on the H200, where the
+// warm pair costs ~0.3 us; test TwoSmallStreamsTakingTurnsKeepAPageEach).
 inline bool CachingAllocator::Impl::may_grow_instead_of_taking_from_other_streams(
     std::size_t pages) const {
   if (options_.cross_stream_slack_permille == 0) return false;
+  constexpr std::size_t kMinSlackPages = 2;
   const std::size_t permille = std::min<std::size_t>(options_.cross_stream_slack_permille, 100000);
   // Device memory (< 2^43 bytes) times at most 100,000 (< 2^17): far from overflowing 64 bits.
   const std::size_t peak = active_peak_;
-  const std::size_t budget = peak + peak * permille / 1000;
+  const std::size_t budget = peak + std::max(peak * permille / 1000, kMinSlackPages * page_bytes_);
   return reserved_bytes_ + pages * page_bytes_ <= budget;
 }
 

@@ -876,9 +876,13 @@ TEST_F(PagedHeapTest, HolesInAddressSpaceCostNoPhysicalMemory) {
 // address after a GPU-side wait for the busy stream's fence, while the old address stays mapped.
 class PagedHeapPendingPagesTest : public testing::TestWithParam<bool> {
  protected:
+  // No cross-stream slack: these tests are about what serves a request once growing within the
+  // slack is not allowed (aliasing another stream's pending pages, or new memory). With the
+  // default, at least two pages, these 8-16 MiB heaps would first grow by one 4 MiB chunk.
   static AllocatorOptions options() {
     AllocatorOptions options;
     options.alias_pending_pages = GetParam();
+    options.cross_stream_slack_permille = 0;
     return options;
   }
   bool aliasing() const { return GetParam(); }

@@ -237,6 +237,27 @@ TEST_P(StreamLocksConcurrent, LockedAllocationsCountWhatTheFastPathLeaves) {
   allocator.deallocate(grown);
 }
 
+// Two streams taking turns with one small block each: once each has a page, no allocation
+// needs the driver (paged heap: the cross-stream slack is at least two pages, so a heap whose
+// 1% share is under a page grows by one rather than trade its single page at every turn).
+TEST_P(StreamLocksConcurrent, TwoSmallStreamsTakingTurnsKeepAPageEach) {
+  TwoStreamRig rig(GetParam());
+  auto& [device, a, b, observer, allocator] = rig;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  for (int round = 0; round < 2; ++round) {  // each stream's first allocations may grow
+    allocator.deallocate(allocator.allocate(kMiB, a));
+    allocator.deallocate(allocator.allocate(kMiB, b));
+  }
+  const std::size_t maps = device.call_count(SimOp::kMapPages);
+  const std::size_t unmaps = device.call_count(SimOp::kUnmapPages);
+  for (int round = 0; round < 8; ++round) {
+    allocator.deallocate(allocator.allocate(kMiB, a));
+    allocator.deallocate(allocator.allocate(kMiB, b));
+  }
+  EXPECT_EQ(device.call_count(SimOp::kMapPages), maps) << "a page moved between the streams";
+  EXPECT_EQ(device.call_count(SimOp::kUnmapPages), unmaps);
+}
+
 // Phases separated by barriers: every thread allocates blocks of mixed sizes on its own stream,
 // all wait, then each frees another thread's blocks (a cross-stream free: the owner stream's
 // lock), some after record_stream on a third stream. Within a phase the allocated count and
