@@ -48,7 +48,8 @@ stress_ops_sanitized=${VRAMLEDGER_STRESS_OPS_SANITIZED:-10000}
 # 8efc84b = 251 + 218 + 155 (TSan build 136 meanwhile) + 34. The suites grew: 734 s at 5696a73
 # (2026-12-03) = 265 + 225 + 209 (randomized_stress alone 121 s of it) + 35, past the 12
 # minutes; hence 10,000 sanitized steps since (the release build still runs 200,000, and
-# scripts/stress_long.sh 10^6).
+# scripts/stress_long.sh 10^6). 712 s at 5bf10c3 = 258 + 233 + 194 (corpus_replay alone 116 s
+# of it) + 27; hence the sanitized corpus replay skips its three largest traces since.
 # ThreadSanitizer stays at -O1 (its tests are the last phase, and slow at -O0). Benchmarks and
 # CUDA are left out there: the sanitizers are aimed at host-side logic, which the
 # simulated-device tests exercise, and the GPU tests skip without a GPU.
