@@ -95,6 +95,18 @@ struct Vmm {
     check(cuMemMap(va, page, 0, handle, 0), "cuMemMap");
   }
   void set_access(CUdeviceptr va) { check(cuMemSetAccess(va, page, &access, 1), "cuMemSetAccess"); }
+  std::vector<CUmemGenericAllocationHandle> create_many(int count) {
+    std::vector<CUmemGenericAllocationHandle> made;
+    for (int i = 0; i < count; ++i) made.push_back(create());
+    return made;
+  }
+  // Maps handles[i] at va + i pages, each made accessible.
+  void map_each(CUdeviceptr va, const std::vector<CUmemGenericAllocationHandle>& handles) {
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      map(va + i * page, handles[i]);
+      set_access(va + i * page);
+    }
+  }
   void unmap(CUdeviceptr va) { check(cuMemUnmap(va, page), "cuMemUnmap"); }
 };
 
@@ -111,14 +123,10 @@ int main() {
   std::printf("page %zu bytes, spin %.0f ms\n", vmm.page, kSpinNs / 1e6);
 
   constexpr int kPages = 16;
-  std::vector<CUmemGenericAllocationHandle> handles;
-  for (int i = 0; i < kPages; ++i) handles.push_back(vmm.create());
+  std::vector<CUmemGenericAllocationHandle> handles = vmm.create_many(kPages);
   const CUdeviceptr a = vmm.reserve(kPages);
   const CUdeviceptr b = vmm.reserve(kPages);
-  for (int i = 0; i < kPages; ++i) {
-    vmm.map(a + i * vmm.page, handles[i]);
-    vmm.set_access(a + i * vmm.page);
-  }
+  vmm.map_each(a, handles);
   // Used once by a kernel that finished long before the calls below.
   touch_kernel<<<64, 256, 0, other>>>(reinterpret_cast<unsigned char*>(a), kPages * vmm.page);
   check(cudaStreamSynchronize(other), "sync");
@@ -205,8 +213,7 @@ int main() {
   // Does cuMemSetAccess cost per call or per byte? A move of an n-chunk run maps n chunks at
   // adjacent addresses: one cuMemSetAccess over the run or one per chunk. The same for the
   // unmap of a run. Five repetitions per n, median, GPU idle and GPU busy.
-  std::vector<CUmemGenericAllocationHandle> batch;
-  for (int i = 0; i < kPages; ++i) batch.push_back(vmm.create());
+  const std::vector<CUmemGenericAllocationHandle> batch = vmm.create_many(kPages);
   const CUdeviceptr c = vmm.reserve(kPages);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -252,14 +259,10 @@ int main() {
   {
     constexpr int kLaunches = 20000;
     constexpr int kMovePages = 8;
-    std::vector<CUmemGenericAllocationHandle> movers;
-    for (int i = 0; i < kMovePages; ++i) movers.push_back(vmm.create());
+    const std::vector<CUmemGenericAllocationHandle> movers = vmm.create_many(kMovePages);
     const CUdeviceptr from = vmm.reserve(kMovePages);
     const CUdeviceptr to = vmm.reserve(kMovePages);
-    for (int i = 0; i < kMovePages; ++i) {
-      vmm.map(from + i * vmm.page, movers[i]);
-      vmm.set_access(from + i * vmm.page);
-    }
+    vmm.map_each(from, movers);
     auto launches = [&] {
       return micros([&] {
         for (int i = 0; i < kLaunches; ++i) spin_kernel<<<1, 1, 0, other>>>(0);
