@@ -25,10 +25,7 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
     address = block->address;
   } else if (pages_to_map(*block->range, block->address, size) > 0) {
     retire_mappings(heaps, /*wait=*/false);  // old addresses whose work is done are free again
-    Placement best = placement_needing_fewest_new_pages(index, size, block);
-    if (best.cost.second > 0 && idle_mapped_memory_is_plentiful(pool)) {
-      if (const std::optional<Placement> run = tightest_mapped_run(index, size)) best = *run;
-    }
+    const Placement best = placement_when_best_fit_needs_pages(index, pool, size, block);
     block = best.block;
     address = best.address;
   } else {
@@ -138,6 +135,22 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
     const Placement place = best_place_in(candidate, size);
     if (place.cost < best.cost) best = place;
   });
+  return best;
+}
+
+// Where an allocation goes when its best fit by size, `best_fit`, needs pages mapped: the place
+// among a few fits needing the fewest, or, if that still needs some while idle mapped memory is
+// plentiful, the tightest free run of mapped pages. Reads only `index`, its spans and the
+// plentiful rule's figures, so a stream's fast path makes the same choice under its own lock
+// (detail/stream_fast_path.cpp).
+inline CachingAllocator::Impl::Placement
+CachingAllocator::Impl::placement_when_best_fit_needs_pages(const FreeBlockIndex& index,
+                                                            PoolKind pool, std::size_t size,
+                                                            Block* best_fit) const {
+  Placement best = placement_needing_fewest_new_pages(index, size, best_fit);
+  if (best.cost.second > 0 && idle_mapped_memory_is_plentiful(pool)) {
+    if (const std::optional<Placement> run = tightest_mapped_run(index, size)) best = *run;
+  }
   return best;
 }
 

@@ -290,6 +290,8 @@ class CachingAllocator::Impl {
   Placement best_place_in(Block* candidate, std::size_t size) const;
   Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
                                                Block* best_fit) const;
+  Placement placement_when_best_fit_needs_pages(const FreeBlockIndex& index, PoolKind pool,
+                                                std::size_t size, Block* best_fit) const;
   bool idle_mapped_memory_is_plentiful(PoolKind pool) const;
   // Every stream's StreamHeaps::free_mapped_pages of pool `p`: exact under the allocator's lock;
   // under one stream's lock (the fast path), others' as they stand (streams_ itself changes only

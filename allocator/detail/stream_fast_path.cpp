@@ -9,7 +9,6 @@
 // or free and merge, and it gives up, changing nothing, as soon as that is not so. So placement,
 // and every figure of a single-threaded run, are unchanged.
 #include <mutex>
-#include <optional>
 
 #include "allocator/detail/policy_state.hpp"
 
@@ -101,22 +100,16 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
   if (paged_) {
     // Pages to map come from the physical pool, other streams' idle pages, the cap: all shared.
     // When the best fit needs some, the locked path (allocate_paged) first adopts pending frees
-    // (none: pending_ is empty here) and retires the stream's old aliased addresses, then looks
-    // among a few fits for a place needing no page, and failing that, while idle mapped memory
-    // is plentiful, for the tightest free run of mapped pages. With nothing to retire both
-    // searches read only this stream's index and spans, so a place they find is the one the
-    // locked path would take. (Without the second, 1.6% of the mixed ring's allocations on 8
-    // threads took the allocator's lock, and nearly all of them found such a run there.)
+    // (none: pending_ is empty here) and retires the stream's old aliased addresses, then places
+    // the allocation by placement_when_best_fit_needs_pages. With nothing to retire that choice
+    // reads only this stream's index and spans, so where it needs no page it is the place the
+    // locked path would take. (Before it included the tightest mapped run here, 1.6% of the
+    // mixed ring's allocations on 8 threads took the allocator's lock for it.)
     DevicePtr address = block->address;
     if (pages_to_map(*block->range, address, size) > 0) {
       if (!heaps->retiring.empty()) return 0;
-      Placement best = placement_needing_fewest_new_pages(index, size, block);
-      if (!best.needs_nothing()) {
-        if (!idle_mapped_memory_is_plentiful(pool)) return 0;
-        const std::optional<Placement> run = tightest_mapped_run(index, size);
-        if (!run) return 0;
-        best = *run;
-      }
+      const Placement best = placement_when_best_fit_needs_pages(index, pool, size, block);
+      if (!best.needs_nothing()) return 0;
       block = best.block;
       address = best.address;
     }
