@@ -105,12 +105,15 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   for (std::size_t i = 0; i < kLiveBlocks; ++i) {
     live[i] = rig.allocator.allocate(pattern.sizes[i], stream);
   }
+  // Replaces the live block in the pattern's slot k by its allocation k.
+  const auto replace = [&](std::size_t k) {
+    const std::uint32_t slot = pattern.slots[k];
+    rig.allocator.deallocate(live[slot]);
+    live[slot] = rig.allocator.allocate(pattern.sizes[k], stream);
+  };
   // One untimed pass over the pattern first, as the GPU benchmark's ring does: the steady
   // state, not the growth of a stream the case is the first to use.
-  for (std::size_t k = 0; k < kPatternLength; ++k) {
-    rig.allocator.deallocate(live[pattern.slots[k]]);
-    live[pattern.slots[k]] = rig.allocator.allocate(pattern.sizes[k], stream);
-  }
+  for (std::size_t k = 0; k < kPatternLength; ++k) replace(k);
   std::size_t k = 0;
   // How the ledger's shards counted the run (per-stream shards, front caches): the share of
   // their events that took the ledger's slow path. Read by thread 0 around its loop (a read folds
@@ -121,9 +124,7 @@ void run_mixed(benchmark::State& state, Rig& rig, bool shared_stream = false) {
   const std::uint64_t calls_before = thread == 0 ? page_calls(rig.device) : 0;
   const BlockCensus census_before = thread == 0 ? rig.allocator.census() : BlockCensus{};
   for (auto _ : state) {
-    const std::uint32_t slot = pattern.slots[k];
-    rig.allocator.deallocate(live[slot]);
-    live[slot] = rig.allocator.allocate(pattern.sizes[k], stream);
+    replace(k);
     k = (k + 1) & (kPatternLength - 1);
   }
   if (thread == 0) {

@@ -627,8 +627,9 @@ bool run_on_gpu(const RunLengths& lengths) {
   // RAPIDS RMM over cuda_memory_resource. The arena takes its 16 GiB when built and is left out
   // of the growth list (nothing to grow); the pool grows from empty as the others do.
   std::vector<std::unique_ptr<RmmPeer>> rmm_peers;
-  for (const auto& [name, kind] : {std::pair<std::string, RmmPeer::Kind>{"rmm-pool", RmmPeer::Kind::kPool},
-                                   {"rmm-arena", RmmPeer::Kind::kArena}}) {
+  using RmmRow = std::pair<std::string, RmmPeer::Kind>;
+  for (const auto& [name, kind] :
+       {RmmRow{"rmm-pool", RmmPeer::Kind::kPool}, RmmRow{"rmm-arena", RmmPeer::Kind::kArena}}) {
     try {
       rmm_peers.push_back(std::make_unique<RmmPeer>(kind));
     } catch (const PeerError& error) {

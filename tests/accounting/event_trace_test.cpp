@@ -57,7 +57,7 @@ TEST(EventTrace, WrapsExactlyAtCapacity) {
 // A ledger shard's staged records arrive in blocks (EventTrace::append_records): the ring must
 // end up as if each had been appended alone, whatever the block sizes and wherever they wrap.
 TEST(EventTrace, BlocksOfRecordsMatchAppendingOneByOne) {
-  for (const std::size_t capacity : {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{7}}) {
+  for (const std::size_t capacity : std::vector<std::size_t>{0, 1, 4, 7}) {
     EventTrace one_by_one(capacity);
     EventTrace in_blocks(capacity);
     std::uint64_t next = 0;
