@@ -87,6 +87,11 @@ struct AllocatorOptions {
   // finished, and is not used until then. Without it, which pages are reusable depends on how far
   // the GPU has got (docs/configuration.md).
   bool alias_pending_pages = true;
+  // Paged heap: a chunk moved to a new address is mapped there first and unmapped at its old
+  // address by a helper thread, off the allocating thread (a move was ~55 us of its time on the
+  // H200, a third of it the unmap); the old address is unusable until then. Off: the allocating
+  // thread unmaps first, then maps (detail/background_unmaps.hpp, docs/configuration.md).
+  bool unmap_in_background = true;
   // Before growing, a stream's blocks still awaiting other streams (record_stream) are made
   // reusable by queueing a GPU-side wait on those streams' events (stream-ordered reuse, as
   // cudaMallocAsync's internal dependencies) instead of waiting for the CPU to see them complete.

@@ -20,6 +20,7 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
   // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp); front caches
   // keep the one lock.
   stream_path_possible_ = !front_enabled_;
+  unmap_in_background_ = options_.unmap_in_background && backend_.info().allows_second_mapping;
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "round_bytes must be a power of two, got " + std::to_string(options_.round_bytes));
@@ -312,6 +313,7 @@ void CachingAllocator::record_stream(DevicePtr ptr, StreamHandle stream) {
 }
 void CachingAllocator::empty_cache() { impl_->empty_cache(); }
 void CachingAllocator::process_completed_frees() { impl_->process_completed_frees(); }
+void CachingAllocator::finish_background_unmaps() { impl_->finish_background_unmaps(); }
 void CachingAllocator::set_cap(std::size_t cap_bytes) { impl_->set_cap(cap_bytes); }
 void CachingAllocator::set_no_split(bool no_split) { impl_->set_no_split(no_split); }
 std::size_t CachingAllocator::cap() const { return impl_->cap(); }

@@ -57,6 +57,11 @@ struct BlockCensus {
   // Allocations the per-stream fast path left to the allocator's lock once it was open (growth,
   // pages to map, pending frees, a lane change): each stops every stream's thread meanwhile.
   std::int64_t locked_allocations = 0;
+  // Paged heap: old addresses of moved chunks unmapped by the helper thread, and those the
+  // allocator unmapped itself because it needed them gone before the helper got to them
+  // (AllocatorOptions::unmap_in_background; detail/background_unmaps.hpp).
+  std::int64_t unmaps_in_background = 0;
+  std::int64_t unmaps_on_demand = 0;
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;
@@ -160,6 +165,9 @@ class CachingAllocator {
   void empty_cache();
   // Completes pending cross-stream frees whose events finished (done implicitly on allocate).
   void process_completed_frees();
+  // Returns once every old address handed to the helper thread (unmap_in_background) is
+  // unmapped, so that the backend's mappings and call counts match the heap's view now.
+  void finish_background_unmaps();
 
   void set_cap(std::size_t cap_bytes);  // 0 = no cap
   // AllocatorOptions::no_split from now on (blocks already split stay as they are).

@@ -29,6 +29,9 @@ struct BackendInfo {
   // Physical page size of the VMM API, or the size to which the driver rounds segments.
   std::size_t granularity = 2u << 20;
   bool supports_virtual_memory = false;  // create/reserve/map API available
+  // Physical memory may be mapped at two addresses at once (cuMemMap allows it): the paged
+  // heap's alias_pending_pages and unmap_in_background rely on it.
+  bool allows_second_mapping = false;
   bool stream_ordered_segments = false;  // free_segment is ordered on the given stream
 };
 

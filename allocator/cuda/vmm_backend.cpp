@@ -1,6 +1,8 @@
 #include "allocator/cuda/vmm_backend.hpp"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "allocator/cuda/cuda_status.hpp"
 #include "allocator/cuda/driver_api.hpp"
@@ -34,6 +36,7 @@ VmmBackend::VmmBackend(int device, UnmapMode unmap_mode) : CudaRuntimeBackend(de
   access_.push_back(props_.access);
   mutable_info().granularity = props_.granularity;
   mutable_info().supports_virtual_memory = true;
+  mutable_info().allows_second_mapping = true;
   mutable_info().stream_ordered_segments = false;
   switch (unmap_mode) {
     case UnmapMode::kPerPage: batched_unmap_ = false; break;
@@ -172,7 +175,18 @@ Status VmmBackend::grant_peer_access(int peer_device) {
 
 Status VmmBackend::unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t count) {
   if (count == 0) return Status::ok();
-  const std::lock_guard lock(access_mutex_);
+  // The driver call runs outside access_mutex_, so that the policy's helper thread unmapping an
+  // old address (unmap_in_background) does not hold up a map on the allocating thread. The
+  // mappings leave the list first: a peer granted access meanwhile skips them (access to an
+  // address being unmapped is of no use); they come back if the driver refuses.
+  std::vector<std::pair<DevicePtr, std::size_t>> leaving;
+  {
+    const std::lock_guard lock(access_mutex_);
+    const auto first = mappings_.lower_bound(va);
+    const auto last = mappings_.lower_bound(va + count * page_bytes);
+    leaving.assign(first, last);
+    mappings_.erase(first, last);
+  }
   Status status;
   if (!batched_unmap_ || count == 1) {
     status = unmap_each(va, page_bytes, count);
@@ -181,8 +195,9 @@ Status VmmBackend::unmap_pages(DevicePtr va, std::size_t page_bytes, std::size_t
         driver().mem_unmap(static_cast<CUdeviceptr>(va), count * page_bytes), "cuMemUnmap",
         [&] { return page_args(va, page_bytes, count) + " (one call for the run)"; });
   }
-  if (status.is_ok()) {
-    mappings_.erase(mappings_.lower_bound(va), mappings_.lower_bound(va + count * page_bytes));
+  if (!status.is_ok()) {
+    const std::lock_guard lock(access_mutex_);
+    mappings_.insert(leaving.begin(), leaving.end());
   }
   return status;
 }

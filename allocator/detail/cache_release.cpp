@@ -148,7 +148,11 @@ inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
   (void)backend_.synchronize_device();
   for (auto& heaps : streams_) {
     for (const auto& r : heaps->retiring) {
-      (void)backend_.unmap_pages(r.span->base + r.head * page_bytes_, r.pages * page_bytes_, 1);
+      if (r.job != nullptr) {
+        (void)background_unmaps_.finish(*r.job);
+      } else {
+        (void)backend_.unmap_pages(r.span->base + r.head * page_bytes_, r.pages * page_bytes_, 1);
+      }
     }
     heaps->retiring.clear();
     retiring_mappings_ = 0;

@@ -42,7 +42,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
       }
       const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
       span->set_retiring(*head, chunk.pages, true);
-      owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle});
+      owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle, nullptr});
       ++retiring_mappings_;
       owner.free_mapped_pages[p] -= chunk.pages;
       emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
@@ -80,21 +80,32 @@ inline bool CachingAllocator::Impl::order_after_fence(StreamHeaps& waiter, Strea
   return false;
 }
 
-// Unmaps the old addresses of aliased chunks once the work queued before their free has
-// finished (with `wait`, waiting for it); only those in pages [first, last) of `span` when
-// one is given.
+// Unmaps the old addresses of aliased or moved chunks once the work queued before their free
+// has finished (with `wait`, waiting for it); only those in pages [first, last) of `span` when
+// one is given. Without `wait` and with unmap_in_background, an old address whose work is done
+// goes to the helper thread instead, and is forgotten here once the helper has unmapped it.
 inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wait,
                                                     const AddressRange* span, std::size_t first,
                                                     std::size_t last) {
   if (heaps.retiring.empty()) return;
   poll_fences(heaps);
   for (std::size_t i = 0; i < heaps.retiring.size();) {
-    const StreamHeaps::RetiringMapping& r = heaps.retiring[i];
+    StreamHeaps::RetiringMapping& r = heaps.retiring[i];
     const bool wanted =
         span == nullptr || (r.span == span && r.head < last && r.head + r.pages > first);
     if (!wanted || (!wait && r.fence > heaps.completed_fence)) {
       ++i;
       continue;
+    }
+    if (!wait && unmap_in_background_) {
+      if (r.job == nullptr) {
+        r.job = background_unmaps_.submit(r.span->base + r.head * page_bytes_,
+                                          r.pages * page_bytes_);
+      }
+      if (!BackgroundUnmaps::done(*r.job)) {
+        ++i;
+        continue;
+      }
     }
     retire(heaps, i);
   }
@@ -112,13 +123,27 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
     }
   }
   const DevicePtr va = r.span->base + r.head * page_bytes_;
-  throw_if_error(backend_.unmap_pages(va, r.pages * page_bytes_, 1), [&] {
-    return "unmapping the old address " + format_hex(va) + " of aliased memory";
-  });
+  // Handed to the helper: done by now, or run here (or waited for) before the address is reused.
+  throw_if_error(r.job != nullptr ? background_unmaps_.finish(*r.job)
+                                  : backend_.unmap_pages(va, r.pages * page_bytes_, 1),
+                 [&] { return "unmapping the old address " + format_hex(va) + " of moved memory"; });
   r.span->set_retiring(r.head, r.pages, false);
   heaps.retiring[index] = heaps.retiring.back();
   heaps.retiring.pop_back();
   --retiring_mappings_;
+}
+
+inline void CachingAllocator::Impl::finish_background_unmaps() {
+  std::lock_guard lock(mutex_);
+  for (auto& heaps : streams_) {
+    for (std::size_t i = 0; i < heaps->retiring.size();) {
+      if (heaps->retiring[i].job != nullptr) {
+        retire(*heaps, i);  // moves the last entry to i
+      } else {
+        ++i;
+      }
+    }
+  }
 }
 
 // Physical memory leaving its stream (the free physical pool, the driver) must no longer be
@@ -127,14 +152,26 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
 // retired) is still mapped at every one of those addresses: each must retire, the latest fence
 // last (found by the randomized stress test's hazard check: retiring only the first let another
 // stream take memory that work queued before the second free still used).
-inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle) {
+// With `only_if_unsafe` (the memory is about to be mapped elsewhere, not released), old
+// addresses whose work has finished may stay mapped: their unmap goes to the helper thread
+// (unmap_in_background) or happens here.
+inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle, bool only_if_unsafe) {
   for (auto& heaps : streams_) {
     for (std::size_t i = 0; i < heaps->retiring.size();) {
-      if (heaps->retiring[i].handle == handle) {
-        retire(*heaps, i);  // moves the last entry to i
-      } else {
+      StreamHeaps::RetiringMapping& r = heaps->retiring[i];
+      if (r.handle != handle) {
         ++i;
+        continue;
       }
+      if (only_if_unsafe && unmap_in_background_ && r.fence <= heaps->completed_fence) {
+        if (r.job == nullptr) {
+          r.job = background_unmaps_.submit(r.span->base + r.head * page_bytes_,
+                                            r.pages * page_bytes_);
+        }
+        ++i;
+        continue;
+      }
+      retire(*heaps, i);  // moves the last entry to i
     }
   }
 }

@@ -76,7 +76,24 @@ inline CachingAllocator::Impl::Placement CachingAllocator::Impl::place_at(Block*
   const std::size_t first = page_of(span, address);
   const std::size_t last = page_of(span, address + size - 1);
   return Placement{candidate, address,
-                   {span.any_retiring(first, last + 1), pages_to_map(span, address, size)}};
+                   {waits_for_gpu(span, first, last + 1), pages_to_map(span, address, size)}};
+}
+
+// Whether mapping pages [first, last) of `span` would wait for the GPU: an old address there is
+// still mapped for work queued before its free. Old addresses whose work is done cost nothing
+// here, whether or not the helper thread has unmapped them yet (so the layout does not depend
+// on how fast it runs).
+inline bool CachingAllocator::Impl::waits_for_gpu(const AddressRange& span, std::size_t first,
+                                                  std::size_t last) const {
+  if (!span.any_retiring(first, last)) return false;
+  const StreamHeaps& owner = *span.owner;
+  for (const StreamHeaps::RetiringMapping& r : owner.retiring) {
+    if (r.span == &span && r.head < last && r.head + r.pages > first &&
+        r.fence > owner.completed_fence) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // With place_by_mapped_pages, where inside `candidate` (a free block of at least `size` bytes)
@@ -302,6 +319,29 @@ inline std::size_t CachingAllocator::Impl::unmap_chunk(AddressRange& span, std::
   return pages;
 }
 
+// unmap_in_background: chunk `head` of `span`, idle (wholly in a free block whose last use,
+// covered by fence `freed_at_fence`, has finished), leaves its address for the free physical
+// pool at once; the old address retires and the helper thread unmaps it there
+// (detail/background_unmaps.hpp). The chunk may be mapped elsewhere meanwhile (the driver
+// allows a second mapping; no work can touch the old one). Returns its page count.
+inline std::size_t CachingAllocator::Impl::unmap_idle_chunk(AddressRange& span, std::size_t head,
+                                                            std::uint64_t freed_at_fence) {
+  if (!unmap_in_background_) return unmap_chunk(span, head, /*was_free=*/true);
+  const DevicePtr va = span.base + head * page_bytes_;
+  const std::size_t pages = span.chunk_pages(head);
+  StreamHeaps& owner = *span.owner;
+  owner.retiring.reserve(owner.retiring.size() + 1);  // nothing changes below if this throws
+  std::shared_ptr<UnmapJob> job = background_unmaps_.submit(va, pages * page_bytes_);
+  const PhysicalChunk chunk = span.clear_chunk_mapped(head);
+  span.set_retiring(head, pages, true);
+  owner.retiring.push_back({&span, head, pages, freed_at_fence, chunk.handle, std::move(job)});
+  ++retiring_mappings_;
+  put_spare(span.pool, chunk);
+  owner.free_mapped_pages[pool_index(span.pool)] -= pages;
+  emit(EventKind::kUnmap, span.pool, owner.stream, va, pages * page_bytes_);
+  return pages;
+}
+
 // Unmaps free mapped chunks of `pool` of at most `max_chunk` pages, until at least `count`
 // pages are unmapped, moving their memory to the free physical pool. A chunk qualifies when
 // all its pages lie wholly inside one free block; without `wait`, only when the stream that
@@ -345,7 +385,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
         }
         for (std::size_t head : heads) {
           if (unmapped >= count) break;
-          unmapped += unmap_chunk(*span, head, /*was_free=*/true);
+          unmapped += unmap_idle_chunk(*span, head, b->freed_at_fence);
         }
       }
     }

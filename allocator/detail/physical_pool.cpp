@@ -24,7 +24,8 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::take_spare(PoolKind 
   if (it == spare.begin()) return std::nullopt;
   --it;
   PhysicalChunk chunk{it->second.back(), it->first};
-  if (retiring_mappings_ != 0) retire_handle(chunk.handle);  // may throw: nothing taken yet
+  // May throw: nothing taken yet. Old addresses whose work is done may stay mapped meanwhile.
+  if (retiring_mappings_ != 0) retire_handle(chunk.handle, /*only_if_unsafe=*/true);
   it->second.pop_back();
   if (it->second.empty()) spare.erase(it);
   free_physical_pages_[pool_index(pool)] -= chunk.pages;

@@ -10,6 +10,7 @@
 //   detail/physical_pool.cpp   created, unmapped physical chunks and where new pages come from
 //   detail/fences.cpp          per-stream fences proving freed pages idle without blocking
 //   detail/page_aliasing.cpp   alias_pending_pages: pending pages re-mapped, old addresses retired
+//   detail/background_unmaps.cpp  the helper thread unmapping old addresses of moved chunks
 //   detail/frees.cpp           frees, immediate and cross-stream (record_stream events)
 //   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
@@ -50,6 +51,7 @@
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/detail/address_range.hpp"
+#include "allocator/detail/background_unmaps.hpp"
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/free_block_index.hpp"
@@ -96,6 +98,7 @@ class CachingAllocator::Impl {
   void deallocate_as_ordered(DevicePtr ptr);
   void record_stream(DevicePtr ptr, StreamHandle stream);
   void process_completed_frees();
+  void finish_background_unmaps();
   // detail/cache_release.cpp
   void empty_cache();
   void release_stream(StreamHandle stream);
@@ -307,6 +310,8 @@ class CachingAllocator::Impl {
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);
   std::size_t unmap_chunk(AddressRange& span, std::size_t head, bool was_free);
+  std::size_t unmap_idle_chunk(AddressRange& span, std::size_t head, std::uint64_t freed_at_fence);
+  bool waits_for_gpu(const AddressRange& span, std::size_t first, std::size_t last) const;
   std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
                                 bool wait, const PageExclusion& exclusion,
                                 StreamChoice choice = StreamChoice::kAll,
@@ -356,7 +361,8 @@ class CachingAllocator::Impl {
   void retire_mappings(StreamHeaps& heaps, bool wait, const AddressRange* span = nullptr,
                        std::size_t first = 0, std::size_t last = SIZE_MAX);
   void retire(StreamHeaps& heaps, std::size_t index);
-  void retire_handle(PhysicalHandle handle);
+  void retire_handle(PhysicalHandle handle, bool only_if_unsafe = false);
+
 
   // ---- frees (detail/frees.cpp)
 
@@ -473,6 +479,10 @@ class CachingAllocator::Impl {
   SpareRoom active_spare_;
   std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
+  // Unmaps of retiring old addresses, run off the allocating thread: unmap_in_background, on a
+  // backend that allows a second mapping of the same memory.
+  BackgroundUnmaps background_unmaps_{backend_};
+  bool unmap_in_background_ = false;
   std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams
   // Whether the last look found enough streams allocating for the cold rule (chunk_is_cold);
   // read only after a look, in the same acquire_physical.

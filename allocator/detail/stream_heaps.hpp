@@ -6,10 +6,12 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "allocator/detail/address_range.hpp"
+#include "allocator/detail/background_unmaps.hpp"
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
@@ -90,6 +92,8 @@ struct alignas(64) StreamHeaps {
     std::size_t pages;
     std::uint64_t fence;
     PhysicalHandle handle;  // now also mapped at the new address
+    // Its unmap, handed to the helper thread (detail/background_unmaps.hpp); null until then.
+    std::shared_ptr<UnmapJob> job;
   };
   std::vector<RetiringMapping> retiring;
   // Mapped pages of this stream's spans lying wholly in free blocks, per pool (retiring ones

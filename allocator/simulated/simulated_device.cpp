@@ -19,6 +19,7 @@ BackendInfo make_info(const SimulatedDeviceOptions& options) {
   info.granularity =
       options.supports_virtual_memory ? options.granularity : options.segment_rounding;
   info.supports_virtual_memory = options.supports_virtual_memory;
+  info.allows_second_mapping = options.supports_virtual_memory && options.allow_aliased_mappings;
   info.stream_ordered_segments = false;
   return info;
 }

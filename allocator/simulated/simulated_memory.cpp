@@ -260,8 +260,12 @@ Status SimulatedMemory::map_pages(DevicePtr va, std::size_t page_bytes,
       problem = which() + " holds " + byte_count(it->second.bytes) + ", not the page size " +
                 byte_count(page_bytes);
     } else if (it->second.mappings != 0) {
-      // The run held no mappings before this call, so a mark inside it is one of ours.
-      const bool marked_by_us = it->second.mapped_at - va < total;
+      // Marked earlier in this call? (Not "mapped_at lies in this run": mapped_at is the latest
+      // of the handle's mappings, and may name an address since unmapped while an older
+      // mapping of the handle lives on, as an old address awaiting its unmap does.)
+      const bool marked_by_us =
+          std::find(handles.begin(), handles.begin() + static_cast<std::ptrdiff_t>(i), handle) !=
+          handles.begin() + static_cast<std::ptrdiff_t>(i);
       if (marked_by_us) {
         problem = which() + " appears twice in one call";
       } else if (!allow_aliased_mappings_) {

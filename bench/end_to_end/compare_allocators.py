@@ -34,6 +34,9 @@ Allocators:
                           see the GPU finish (docs/configuration.md, issue 14)
   vramledger-placed       the same with place_by_mapped_pages:true: an allocation of 16 MiB or
                           more that needs new pages goes where a free block's mapped pages are
+  vramledger-unmapinplace  the same with unmap_in_background:false: a moved chunk is unmapped at
+                          its old address by the allocating thread, before the map (the default
+                          before 2026-12-03)
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:

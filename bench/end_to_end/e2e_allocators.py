@@ -51,6 +51,11 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               'vramledger.install("backend:vmm,place_by_mapped_pages:true")',
               vramledger_conf="backend:vmm,place_by_mapped_pages:true",
               expected_backend="vramledger"),
+    # Moves unmapped in place before the map, as before unmap_in_background (2026-12-03).
+    Allocator("vramledger-unmapinplace",
+              'vramledger.install("backend:vmm,unmap_in_background:false")',
+              vramledger_conf="backend:vmm,unmap_in_background:false",
+              expected_backend="vramledger"),
     Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
               vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
 ]}

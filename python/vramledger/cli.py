@@ -113,7 +113,8 @@ _CONF_SIZES = {
     "front_cache_mb": ("front_cache_mb", _MIB, "MiB", False, False, False, _DEVICE_MAX),
 }
 _CONF_BOOLS = ("paged_heap", "alias_pending_pages", "adopt_pending_frees",
-               "place_by_mapped_pages", "sleepable_graph_pools")
+               "place_by_mapped_pages", "sleepable_graph_pools",
+               "unmap_in_background")
 _CONF_BACKENDS = ("auto", "simulated", "cuda_malloc", "vmm", "malloc_async")
 
 

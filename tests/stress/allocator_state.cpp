@@ -4,8 +4,11 @@
 
 namespace vramledger::stress {
 
-AllocatorState AllocatorState::take(const CachingAllocator& allocator, const Ledger& ledger,
+AllocatorState AllocatorState::take(CachingAllocator& allocator, const Ledger& ledger,
                                     const SimulatedDevice& device) {
+  // The helper thread may still be unmapping old addresses (unmap_in_background): finished
+  // first, so that the device's mapped bytes do not change between two snapshots.
+  allocator.finish_background_unmaps();
   AllocatorState state;
   state.census = allocator.census();
   state.counters = ledger.counters();

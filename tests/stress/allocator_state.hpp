@@ -18,7 +18,7 @@ struct AllocatorState {
   std::size_t device_mapped_bytes = 0;
   std::size_t device_segments = 0;
 
-  static AllocatorState take(const CachingAllocator& allocator, const Ledger& ledger,
+  static AllocatorState take(CachingAllocator& allocator, const Ledger& ledger,
                              const SimulatedDevice& device);
 };
 

@@ -1,0 +1,85 @@
+// The helper thread that unmaps old addresses of moved chunks (background_unmaps.hpp).
+#include "allocator/detail/background_unmaps.hpp"
+
+#include <system_error>
+#include <utility>
+
+namespace vramledger {
+
+BackgroundUnmaps::~BackgroundUnmaps() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (helper_.joinable()) helper_.join();
+  // Without a helper (it could not be started) queued jobs are the allocator's to finish; it
+  // finishes every retiring mapping before it lets go of this object.
+}
+
+std::shared_ptr<UnmapJob> BackgroundUnmaps::submit(DevicePtr address, std::size_t bytes) {
+  auto job = std::make_shared<UnmapJob>();
+  job->address = address;
+  job->bytes = bytes;
+  {
+    std::lock_guard lock(mutex_);
+    if (!helper_.joinable() && !stopping_) {
+      try {
+        helper_ = std::thread([this] { run_helper(); });
+      } catch (const std::system_error&) {
+        return job;  // no thread: finish() will run it
+      }
+    }
+    queue_.push_back(job);
+  }
+  wake_.notify_one();
+  return job;
+}
+
+Status BackgroundUnmaps::finish(UnmapJob& job) {
+  int expected = UnmapJob::kQueued;
+  if (job.state.compare_exchange_strong(expected, UnmapJob::kRunning,
+                                        std::memory_order_acq_rel)) {
+    on_demand_.fetch_add(1, std::memory_order_relaxed);
+    run(job);
+  } else {
+    while (expected == UnmapJob::kRunning) {
+      job.state.wait(UnmapJob::kRunning, std::memory_order_acquire);
+      expected = job.state.load(std::memory_order_acquire);
+    }
+    if (expected == UnmapJob::kFailed) {
+      // Only the allocator's side touches a failed job: try once more, here.
+      job.state.store(UnmapJob::kRunning, std::memory_order_relaxed);
+      run(job);
+    }
+  }
+  return job.status;
+}
+
+void BackgroundUnmaps::run(UnmapJob& job) {
+  job.status = backend_.unmap_pages(job.address, job.bytes, 1);
+  job.state.store(job.status.is_ok() ? UnmapJob::kDone : UnmapJob::kFailed,
+                  std::memory_order_release);
+  job.state.notify_all();
+}
+
+void BackgroundUnmaps::run_helper() {
+  while (true) {
+    std::shared_ptr<UnmapJob> job;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    int expected = UnmapJob::kQueued;
+    if (job->state.compare_exchange_strong(expected, UnmapJob::kRunning,
+                                           std::memory_order_acq_rel)) {
+      by_helper_.fetch_add(1, std::memory_order_relaxed);
+      run(*job);
+    }
+  }
+}
+
+}  // namespace vramledger
