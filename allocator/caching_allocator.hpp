@@ -62,6 +62,7 @@ struct BlockCensus {
   // (AllocatorOptions::unmap_in_background; detail/background_unmaps.hpp).
   std::int64_t unmaps_in_background = 0;
   std::int64_t unmaps_on_demand = 0;
+  std::int64_t unmaps_pending = 0;  // handed to the helper, not yet run (or still running)
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;

@@ -21,6 +21,7 @@ std::shared_ptr<UnmapJob> BackgroundUnmaps::submit(DevicePtr address, std::size_
   auto job = std::make_shared<UnmapJob>();
   job->address = address;
   job->bytes = bytes;
+  pending_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard lock(mutex_);
     if (!helper_.joinable() && !stopping_) {
@@ -42,6 +43,7 @@ Status BackgroundUnmaps::finish(UnmapJob& job) {
                                         std::memory_order_acq_rel)) {
     on_demand_.fetch_add(1, std::memory_order_relaxed);
     run(job);
+    pending_.fetch_sub(1, std::memory_order_release);
   } else {
     while (expected == UnmapJob::kRunning) {
       job.state.wait(UnmapJob::kRunning, std::memory_order_acquire);
@@ -50,6 +52,7 @@ Status BackgroundUnmaps::finish(UnmapJob& job) {
     if (expected == UnmapJob::kFailed) {
       // Only the allocator's side touches a failed job: try once more, here.
       job.state.store(UnmapJob::kRunning, std::memory_order_relaxed);
+      on_demand_.fetch_add(1, std::memory_order_relaxed);
       run(job);
     }
   }
@@ -78,6 +81,7 @@ void BackgroundUnmaps::run_helper() {
                                            std::memory_order_acq_rel)) {
       by_helper_.fetch_add(1, std::memory_order_relaxed);
       run(*job);
+      pending_.fetch_sub(1, std::memory_order_release);
     }
   }
 }

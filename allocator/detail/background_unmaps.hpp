@@ -56,13 +56,16 @@ class BackgroundUnmaps {
     return job.state.load(std::memory_order_acquire) == UnmapJob::kDone;
   }
 
-  // Unmaps run by the helper, and by finish() because the helper had not started them yet.
+  // Unmaps run by the helper (failed ones included), and by finish(): because the helper had
+  // not started them yet, or to retry one that failed.
   std::uint64_t unmapped_by_helper() const noexcept {
     return by_helper_.load(std::memory_order_relaxed);
   }
   std::uint64_t unmapped_on_demand() const noexcept {
     return on_demand_.load(std::memory_order_relaxed);
   }
+  // Jobs submitted that nobody has run yet, or whose first run has not ended.
+  std::uint64_t pending() const noexcept { return pending_.load(std::memory_order_acquire); }
 
  private:
   void run_helper();
@@ -76,6 +79,7 @@ class BackgroundUnmaps {
   std::thread helper_;
   std::atomic<std::uint64_t> by_helper_{0};
   std::atomic<std::uint64_t> on_demand_{0};
+  std::atomic<std::uint64_t> pending_{0};
 };
 
 }  // namespace vramledger

@@ -141,6 +141,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
   census.locked_allocations = static_cast<std::int64_t>(locked_allocations_);
   census.unmaps_in_background = static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
   census.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());
+  census.unmaps_pending = static_cast<std::int64_t>(background_unmaps_.pending());
   census.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;
