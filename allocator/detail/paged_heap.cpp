@@ -330,6 +330,20 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunk(AddressRange& span, 
   const DevicePtr va = span.base + head * page_bytes_;
   const std::size_t pages = span.chunk_pages(head);
   StreamHeaps& owner = *span.owner;
+  // Old addresses the helper has unmapped are forgotten when pages are next needed
+  // (retire_mappings); a stream whose idle pages are only ever trimmed would otherwise collect
+  // them without end.
+  constexpr std::size_t kForgetUnmappedAt = 64;
+  if (owner.retiring.size() >= kForgetUnmappedAt) {
+    for (std::size_t i = 0; i < owner.retiring.size();) {
+      const StreamHeaps::RetiringMapping& r = owner.retiring[i];
+      if (r.job != nullptr && BackgroundUnmaps::done(*r.job)) {
+        retire(owner, i);  // nothing left to unmap: moves the last entry to i
+      } else {
+        ++i;
+      }
+    }
+  }
   owner.retiring.reserve(owner.retiring.size() + 1);  // nothing changes below if this throws
   std::shared_ptr<UnmapJob> job = background_unmaps_.submit(va, pages * page_bytes_);
   const PhysicalChunk chunk = span.clear_chunk_mapped(head);
