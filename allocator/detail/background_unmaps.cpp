@@ -1,18 +1,24 @@
 // The helper thread that unmaps old addresses of moved chunks (background_unmaps.hpp).
 #include "allocator/detail/background_unmaps.hpp"
 
+#include <unistd.h>
+
 #include <system_error>
 #include <utility>
 
 namespace vramledger {
 
 BackgroundUnmaps::~BackgroundUnmaps() {
+  if (in_forked_child()) {
+    (void)helper_.release();  // the parent's thread: not ours to join (nor to destroy joinable)
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  if (helper_.joinable()) helper_.join();
+  if (helper_ != nullptr) helper_->join();
   // Without a helper (it could not be started) queued jobs are the allocator's to finish; it
   // finishes every retiring mapping before it lets go of this object.
 }
@@ -22,11 +28,13 @@ std::shared_ptr<UnmapJob> BackgroundUnmaps::submit(DevicePtr address, std::size_
   job->address = address;
   job->bytes = bytes;
   pending_.fetch_add(1, std::memory_order_relaxed);
+  if (in_forked_child()) return job;  // finish() will run it
   {
     std::lock_guard lock(mutex_);
-    if (!helper_.joinable() && !stopping_) {
+    if (helper_ == nullptr && !stopping_) {
       try {
-        helper_ = std::thread([this] { run_helper(); });
+        helper_ = std::make_unique<std::thread>([this] { run_helper(); });
+        helper_pid_ = static_cast<int>(getpid());
       } catch (const std::system_error&) {
         return job;  // no thread: finish() will run it
       }
@@ -37,8 +45,17 @@ std::shared_ptr<UnmapJob> BackgroundUnmaps::submit(DevicePtr address, std::size_
   return job;
 }
 
+bool BackgroundUnmaps::in_forked_child() const noexcept {
+  // helper_pid_ is written once, before the helper exists; a fork copies it as it stood.
+  return helper_pid_ != 0 && helper_pid_ != static_cast<int>(getpid());
+}
+
 Status BackgroundUnmaps::finish(UnmapJob& job) {
   int expected = UnmapJob::kQueued;
+  // In a forked child, a job the parent's helper was running will never end here: run it again.
+  if (in_forked_child()) job.state.compare_exchange_strong(expected = UnmapJob::kRunning,
+                                                           UnmapJob::kQueued);
+  expected = UnmapJob::kQueued;
   if (job.state.compare_exchange_strong(expected, UnmapJob::kRunning,
                                         std::memory_order_acq_rel)) {
     on_demand_.fetch_add(1, std::memory_order_relaxed);

@@ -71,12 +71,17 @@ class BackgroundUnmaps {
   void run_helper();
   void run(UnmapJob& job);
 
+  // A child forked after the helper started has no helper, and may have inherited mutex_ held:
+  // there, submit() leaves jobs for finish() and touches neither.
+  bool in_forked_child() const noexcept;
+
   DeviceBackend& backend_;
   std::mutex mutex_;  // queue_, stopping_, helper_ (never held while unmapping)
   std::condition_variable wake_;
   std::deque<std::shared_ptr<UnmapJob>> queue_;
   bool stopping_ = false;
-  std::thread helper_;
+  std::unique_ptr<std::thread> helper_;
+  int helper_pid_ = 0;  // the process the helper runs in
   std::atomic<std::uint64_t> by_helper_{0};
   std::atomic<std::uint64_t> on_demand_{0};
   std::atomic<std::uint64_t> pending_{0};

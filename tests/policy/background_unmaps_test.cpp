@@ -4,6 +4,8 @@
 // same driver calls and keeps the same layout as when it unmaps in place, and that an unmap the
 // helper fails is retried without losing anything.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -55,14 +57,15 @@ class ThreadRecordingBackend : public ForwardingBackend {
 // Training steps of random sequence lengths (as in paged_heap_steady_state_test.cpp), under a
 // cap just above what the longest needs: the heap cannot grow its way out, so the best fit's
 // missing pages come from idle ones elsewhere (moves).
-void varying_steps(CachingAllocator& allocator, int steps) {
+void varying_steps(CachingAllocator& allocator, int steps, bool let_helper_catch_up = true) {
   std::mt19937 random(7);
   for (int step = 0; step < steps; ++step) {
     // Between steps the helper catches up (an idle moment of a real step), so that the test does
     // not depend on how the machine schedules it; within a step the allocator may need an old
     // address before the helper got to it, and unmaps it itself.
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (allocator.census().unmaps_pending != 0 && std::chrono::steady_clock::now() < give_up) {
+    while (let_helper_catch_up && allocator.census().unmaps_pending != 0 &&
+           std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     const std::size_t seq = 128 + 64 * std::uniform_int_distribution<std::size_t>(0, 14)(random);
@@ -152,6 +155,43 @@ TEST(BackgroundUnmaps, AnUnmapTheHelperFailsIsRetriedAndLosesNothing) {
   // The 3 failures were retried on the allocating thread (by then nobody else could run them).
   EXPECT_GE(out.census.unmaps_on_demand, 3);
   EXPECT_EQ(static_cast<std::int64_t>(out.device_mapped), out.census_mapped);
+}
+
+// A process forked after the helper started has no helper (and may have inherited its queue's
+// mutex held): its allocator finishes its old addresses itself.
+TEST(BackgroundUnmaps, AForkedChildUnmapsOnItsOwn) {
+  SimulatedDevice device(SimulatedDeviceOptions{});
+  Ledger ledger;
+  AllocatorOptions options;
+  options.cap_bytes = 1536 * kMiB;
+  CachingAllocator allocator(device, &ledger, options);
+  varying_steps(allocator, 10);
+  ASSERT_GT(allocator.census().unmaps_in_background, 0) << "the helper never started";
+  // Forked while the helper waits for work (the simulated device's own mutex must not be held
+  // by the helper at the fork; a CUDA context is unusable in a child anyway).
+  while (allocator.census().unmaps_pending != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    const std::int64_t by_helper = allocator.census().unmaps_in_background;
+    const std::int64_t on_demand = allocator.census().unmaps_on_demand;
+    varying_steps(allocator, 20, /*let_helper_catch_up=*/false);  // there is no helper here
+    allocator.finish_background_unmaps();
+    const BlockCensus census = allocator.census();
+    std::int64_t mapped = 0;
+    for (const auto& pool : census.pools) mapped += pool.mapped_bytes;
+    const bool ok = census.unmaps_in_background == by_helper &&
+                    census.unmaps_on_demand > on_demand && census.unmaps_pending == 0 &&
+                    static_cast<std::int64_t>(device.mapped_bytes()) == mapped &&
+                    check_consistency(ledger, census).ok();
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child did not exit (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's books or mappings were off";
 }
 
 TEST(BackgroundUnmaps, OffWithoutSecondMappings) {
