@@ -79,6 +79,14 @@ inline CachingAllocator::Impl::Placement CachingAllocator::Impl::place_at(Block*
                    {waits_for_gpu(span, first, last + 1), pages_to_map(span, address, size)}};
 }
 
+// Whether `heaps` has an old address still mapped for work queued before its free.
+inline bool CachingAllocator::Impl::any_retiring_behind_fence(const StreamHeaps& heaps) const {
+  for (const StreamHeaps::RetiringMapping& r : heaps.retiring) {
+    if (r.fence > heaps.completed_fence) return true;
+  }
+  return false;
+}
+
 // Whether mapping pages [first, last) of `span` would wait for the GPU: an old address there is
 // still mapped for work queued before its free. Old addresses whose work is done cost nothing
 // here, whether or not the helper thread has unmapped them yet (so the layout does not depend

@@ -312,6 +312,7 @@ class CachingAllocator::Impl {
   std::size_t unmap_chunk(AddressRange& span, std::size_t head, bool was_free);
   std::size_t unmap_idle_chunk(AddressRange& span, std::size_t head, std::uint64_t freed_at_fence);
   bool waits_for_gpu(const AddressRange& span, std::size_t first, std::size_t last) const;
+  bool any_retiring_behind_fence(const StreamHeaps& heaps) const;
   std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
                                 bool wait, const PageExclusion& exclusion,
                                 StreamChoice choice = StreamChoice::kAll,
