@@ -51,11 +51,12 @@ bool BackgroundUnmaps::in_forked_child() const noexcept {
 }
 
 Status BackgroundUnmaps::finish(UnmapJob& job) {
+  if (in_forked_child()) {
+    // A job the parent's helper was running will never end here: run it again.
+    int running = UnmapJob::kRunning;
+    job.state.compare_exchange_strong(running, UnmapJob::kQueued);
+  }
   int expected = UnmapJob::kQueued;
-  // In a forked child, a job the parent's helper was running will never end here: run it again.
-  if (in_forked_child()) job.state.compare_exchange_strong(expected = UnmapJob::kRunning,
-                                                           UnmapJob::kQueued);
-  expected = UnmapJob::kQueued;
   if (job.state.compare_exchange_strong(expected, UnmapJob::kRunning,
                                         std::memory_order_acq_rel)) {
     on_demand_.fetch_add(1, std::memory_order_relaxed);

@@ -98,10 +98,7 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
       continue;
     }
     if (!wait && unmap_in_background_) {
-      if (r.job == nullptr) {
-        r.job = background_unmaps_.submit(r.span->base + r.head * page_bytes_,
-                                          r.pages * page_bytes_);
-      }
+      hand_to_helper(r);
       if (!BackgroundUnmaps::done(*r.job)) {
         ++i;
         continue;
@@ -133,16 +130,17 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
   --retiring_mappings_;
 }
 
+// Retiring mapping `r`, whose work is done, is unmapped by the helper thread from now on.
+inline void CachingAllocator::Impl::hand_to_helper(StreamHeaps::RetiringMapping& r) {
+  if (r.job == nullptr) {
+    r.job = background_unmaps_.submit(r.span->base + r.head * page_bytes_, r.pages * page_bytes_);
+  }
+}
+
 inline void CachingAllocator::Impl::finish_background_unmaps() {
   std::lock_guard lock(mutex_);
   for (auto& heaps : streams_) {
-    for (std::size_t i = 0; i < heaps->retiring.size();) {
-      if (heaps->retiring[i].job != nullptr) {
-        retire(*heaps, i);  // moves the last entry to i
-      } else {
-        ++i;
-      }
-    }
+    retire_each(*heaps, [](const StreamHeaps::RetiringMapping& r) { return r.job != nullptr; });
   }
 }
 
@@ -164,10 +162,7 @@ inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle, bool on
         continue;
       }
       if (only_if_unsafe && unmap_in_background_ && r.fence <= heaps->completed_fence) {
-        if (r.job == nullptr) {
-          r.job = background_unmaps_.submit(r.span->base + r.head * page_bytes_,
-                                            r.pages * page_bytes_);
-        }
+        hand_to_helper(r);
         ++i;
         continue;
       }

@@ -343,14 +343,9 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunk(AddressRange& span, 
   // them without end.
   constexpr std::size_t kForgetUnmappedAt = 64;
   if (owner.retiring.size() >= kForgetUnmappedAt) {
-    for (std::size_t i = 0; i < owner.retiring.size();) {
-      const StreamHeaps::RetiringMapping& r = owner.retiring[i];
-      if (r.job != nullptr && BackgroundUnmaps::done(*r.job)) {
-        retire(owner, i);  // nothing left to unmap: moves the last entry to i
-      } else {
-        ++i;
-      }
-    }
+    retire_each(owner, [](const StreamHeaps::RetiringMapping& r) {  // nothing left to unmap
+      return r.job != nullptr && BackgroundUnmaps::done(*r.job);
+    });
   }
   owner.retiring.reserve(owner.retiring.size() + 1);  // nothing changes below if this throws
   std::shared_ptr<UnmapJob> job = background_unmaps_.submit(va, pages * page_bytes_);

@@ -363,7 +363,18 @@ class CachingAllocator::Impl {
                        std::size_t first = 0, std::size_t last = SIZE_MAX);
   void retire(StreamHeaps& heaps, std::size_t index);
   void retire_handle(PhysicalHandle handle, bool only_if_unsafe = false);
-
+  void hand_to_helper(StreamHeaps::RetiringMapping& r);
+  // Retires every entry of heaps.retiring for which `which(entry)` holds.
+  template <typename Which>
+  void retire_each(StreamHeaps& heaps, Which&& which) {
+    for (std::size_t i = 0; i < heaps.retiring.size();) {
+      if (which(heaps.retiring[i])) {
+        retire(heaps, i);  // moves the last entry to i
+      } else {
+        ++i;
+      }
+    }
+  }
 
   // ---- frees (detail/frees.cpp)
 
