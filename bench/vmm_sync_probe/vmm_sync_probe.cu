@@ -11,7 +11,9 @@
 // launched right after an unmap starts late. Last (2026-12-03, not yet run on the H200): whether
 // page moves made on a helper thread slow kernel launches on the allocating thread, and the
 // other way round, which decides whether moves can leave the allocating thread (issue 14,
-// bench/results/2026-12-03-replay-layout-union-and-donors.md).
+// bench/results/2026-12-03-replay-layout-union-and-donors.md). Since session 17: whether moves
+// stall the GPU's own work (a GPU-bound queue timed by events, with moves on another thread and
+// on the launching thread).
 //
 // Build: nvcc -O2 -std=c++17 -o vmm_sync_probe vmm_sync_probe.cu -lcuda
 // Prints one line per call: the call, µs idle, µs while the GPU spins, and "WAITS" when the busy
@@ -311,6 +313,100 @@ int main() {
                 kLaunches, alone, beside);
     std::printf("a chunk move (unmap + map + set access) on the other thread: %.1f us alone, %.1f us beside the launches (%ld moves)\n",
                 moves_alone_us, elapsed / static_cast<double>(std::max<long>(moves.load(), 1)), moves.load());
+  }
+  // Do moves stall the GPU itself? The launches above are bound by the CPU, so they cannot show
+  // it. Here the GPU is the bottleneck: 2,000 bandwidth-bound kernels over a 64 MiB buffer queued
+  // on one stream, timed by events on the GPU, alone and while another thread moves chunks. If
+  // the page-table updates of a map or an unmap hold up the running work, the queue takes longer
+  // by about the moves' count times that hold-up; if not, maps can leave the allocating thread
+  // with the stream waiting for them on the GPU (issue 14, docs/design.md 3.1).
+  {
+    constexpr int kKernels = 2000;
+    constexpr int kMovePages = 8;
+    constexpr std::size_t kBytes = std::size_t{64} << 20;
+    unsigned char* buffer = nullptr;
+    check(cudaMalloc(&buffer, kBytes), "cudaMalloc");
+    cudaEvent_t begin = nullptr, end = nullptr;
+    check(cudaEventCreate(&begin), "cudaEventCreate");
+    check(cudaEventCreate(&end), "cudaEventCreate");
+    auto gpu_us = [&] {
+      check(cudaEventRecord(begin, other), "cudaEventRecord");
+      for (int i = 0; i < kKernels; ++i) touch_kernel<<<1056, 256, 0, other>>>(buffer, kBytes);
+      check(cudaEventRecord(end, other), "cudaEventRecord");
+      check(cudaEventSynchronize(end), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+      return 1000.0 * ms;
+    };
+    const std::vector<CUmemGenericAllocationHandle> movers = vmm.create_many(kMovePages);
+    const CUdeviceptr from = vmm.reserve(kMovePages);
+    const CUdeviceptr to = vmm.reserve(kMovePages);
+    vmm.map_each(from, movers);
+    std::atomic<bool> stop{false};
+    std::atomic<long> moves{0};
+    bool at_from = true;
+    auto mover = [&] {
+      check(cudaSetDevice(0), "cudaSetDevice (mover)");
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; i < kMovePages; ++i) {
+          const CUdeviceptr old_va = (at_from ? from : to) + i * vmm.page;
+          const CUdeviceptr new_va = (at_from ? to : from) + i * vmm.page;
+          vmm.unmap(old_va);
+          vmm.map(new_va, movers[i]);
+          vmm.set_access(new_va);
+          moves.fetch_add(1, std::memory_order_relaxed);
+        }
+        at_from = !at_from;
+      }
+    };
+    (void)gpu_us();  // warm
+    std::vector<double> alone, beside, counts;
+    for (int round = 0; round < 3; ++round) {
+      alone.push_back(gpu_us());
+      moves = 0;
+      stop = false;
+      std::thread t(mover);
+      beside.push_back(gpu_us());
+      stop = true;
+      t.join();
+      counts.push_back(static_cast<double>(moves.load()));
+    }
+    for (int round = 0; round < 3; ++round) {
+      std::printf("GPU-bound queue (%d kernels over 64 MiB): %.1f us alone, %.1f us while another thread "
+                  "moves chunks (%.0f moves): %+.2f us of GPU time per move\n",
+                  kKernels, alone[round], beside[round], counts[round],
+                  (beside[round] - alone[round]) / std::max(counts[round], 1.0));
+    }
+    // The same queue with the moves made by the launching thread itself, one move after every
+    // tenth kernel: the allocating thread's case today (a move on the critical path of launches).
+    {
+      check(cudaEventRecord(begin, other), "cudaEventRecord");
+      const auto start = std::chrono::steady_clock::now();
+      long inline_moves = 0;
+      for (int i = 0; i < kKernels; ++i) {
+        touch_kernel<<<1056, 256, 0, other>>>(buffer, kBytes);
+        if (i % 10 == 9) {
+          const int k = static_cast<int>(inline_moves % kMovePages);
+          const CUdeviceptr old_va = (at_from ? from : to) + k * vmm.page;
+          const CUdeviceptr new_va = (at_from ? to : from) + k * vmm.page;
+          vmm.unmap(old_va);
+          vmm.map(new_va, movers[k]);
+          vmm.set_access(new_va);
+          if (k == kMovePages - 1) at_from = !at_from;
+          ++inline_moves;
+        }
+      }
+      const double cpu =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+      check(cudaEventRecord(end, other), "cudaEventRecord");
+      check(cudaEventSynchronize(end), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+      std::printf("the same queue, a move after every tenth launch on the launching thread (%ld moves): "
+                  "GPU %.1f us, launching %.1f us\n",
+                  inline_moves, 1000.0 * ms, cpu);
+    }
+    check(cudaFree(buffer), "cudaFree");
   }
   std::printf("done\n");
   return 0;
