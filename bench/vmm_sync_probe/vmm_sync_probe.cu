@@ -24,6 +24,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +48,10 @@ __global__ void spin_kernel(std::uint64_t nanoseconds) {
 __global__ void touch_kernel(unsigned char* data, std::size_t bytes) {
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += gridDim.x * blockDim.x) data[i] += 1;
 }
+
+// One small kernel of an allocating thread's stream: adds one to every 4-byte word of one
+// 4 KiB stretch of the block (a use of the freshly mapped memory).
+__global__ void bump_kernel(unsigned* data) { data[threadIdx.x] += 1; }
 
 void check(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) {
@@ -455,6 +462,161 @@ int main() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("moves on %d thread(s) at once: %.0f moves/s in all, %.1f us per move per thread\n",
                 threads, moves.load() / seconds, 1e6 * seconds * threads / std::max<long>(moves.load(), 1));
+  }
+  // Maps off the allocating thread, the stream waiting for them on the GPU (issue 14,
+  // docs/design.md 3.1). An allocating thread that is the bottleneck (small kernels: launching
+  // them takes longer than running them) moves a chunk for each "allocation" and launches 16
+  // kernels that write into it. Inline: it moves the chunk itself, then launches. Helper: it
+  // hands the move to a helper thread, enqueues cuStreamWaitValue32 (GEQ) on a host-mapped
+  // counter, launches at once; the helper moves the chunk and raises the counter. A chunk is
+  // moved again only after the work that used it at its old address has finished (an event,
+  // as the allocator's fences do). Every word of every chunk is checked at the end: a kernel
+  // that ran before its map would fault (illegal address) or leave a wrong count.
+  {
+    constexpr int kChunks = 8;
+    constexpr int kAllocations = 2000;
+    constexpr int kKernelsPerAllocation = 16;
+    const std::vector<CUmemGenericAllocationHandle> chunks = vmm.create_many(kChunks);
+    const CUdeviceptr range_a = vmm.reserve(kChunks);
+    const CUdeviceptr range_b = vmm.reserve(kChunks);
+    vmm.map_each(range_a, chunks);
+    check(cudaMemset(reinterpret_cast<void*>(range_a), 0, kChunks * vmm.page), "cudaMemset");
+    check(cudaDeviceSynchronize(), "sync");
+    unsigned* counter_host = nullptr;
+    check(cuMemHostAlloc(reinterpret_cast<void**>(&counter_host), sizeof(unsigned),
+                         CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    *counter_host = 0;
+    CUdeviceptr counter_device = 0;
+    check(cuMemHostGetDevicePointer(&counter_device, counter_host, 0), "cuMemHostGetDevicePointer");
+    int mem_ops = 0;
+    check(cuDeviceGetAttribute(&mem_ops, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 0), "attribute");
+    std::printf("stream memory operations supported: %d\n", mem_ops);
+    // The enqueue cost of a wait whose value is already there.
+    {
+      const int n = 10000;
+      const double us = micros([&] {
+        for (int i = 0; i < n; ++i) {
+          check(cuStreamWaitValue32(other, counter_device, 0, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+        }
+        check(cudaStreamSynchronize(other), "sync");
+      });
+      std::printf("cuStreamWaitValue32 already satisfied: %.2f us per call (%d calls, synchronized)\n", us / n, n);
+    }
+    // Where each chunk is, and the event after the last work that used it there.
+    // One event per use (recorded once), so a helper running behind never waits for a later
+    // record of the same event (which would wait for the helper itself).
+    std::vector<CUdeviceptr> at(kChunks);
+    std::vector<cudaEvent_t> use_events(3 * kAllocations + kChunks);
+    for (cudaEvent_t& e : use_events) check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+    std::size_t next_event = 0;
+    std::vector<cudaEvent_t> last_use(kChunks);
+    for (int c = 0; c < kChunks; ++c) {
+      at[c] = range_a + c * vmm.page;
+      last_use[c] = use_events[next_event++];
+      check(cudaEventRecord(last_use[c], other), "record");
+    }
+    auto destination = [&](int c) {
+      return at[c] >= range_b ? range_a + c * vmm.page : range_b + c * vmm.page;
+    };
+    auto move = [&](int c, CUdeviceptr to) {
+      check(cudaEventSynchronize(last_use[c]), "wait for last use");  // the fence
+      vmm.map(to, chunks[c]);  // map first, as unmap_in_background does
+      vmm.set_access(to);
+      vmm.unmap(at[c]);
+    };
+    auto launch_uses = [&](int c, CUdeviceptr va) {
+      for (int k = 0; k < kKernelsPerAllocation; ++k) {
+        bump_kernel<<<1, 1024, 0, other>>>(reinterpret_cast<unsigned*>(va) + k * 1024);
+      }
+      last_use[c] = use_events[next_event++];
+      check(cudaEventRecord(last_use[c], other), "record");
+    };
+    // Inline.
+    const double inline_us = micros([&] {
+      for (int i = 0; i < kAllocations; ++i) {
+        const int c = i % kChunks;
+        const CUdeviceptr to = destination(c);
+        move(c, to);
+        at[c] = to;
+        launch_uses(c, to);
+      }
+      check(cudaStreamSynchronize(other), "sync");
+    });
+    // Helper.
+    struct Job { int chunk; CUdeviceptr to; unsigned ticket; cudaEvent_t fence; };
+    std::mutex queue_mutex;
+    std::condition_variable queue_cv;
+    std::deque<Job> queue;
+    bool closing = false;
+    std::vector<CUdeviceptr> helper_at = at;  // the helper's view of where each chunk is
+    std::thread helper([&] {
+      check(cudaSetDevice(0), "cudaSetDevice (helper)");
+      while (true) {
+        Job job;
+        {
+          std::unique_lock lock(queue_mutex);
+          queue_cv.wait(lock, [&] { return closing || !queue.empty(); });
+          if (queue.empty()) return;
+          job = queue.front();
+          queue.pop_front();
+        }
+        check(cudaEventSynchronize(job.fence), "wait for last use");
+        vmm.map(job.to, chunks[job.chunk]);
+        vmm.set_access(job.to);
+        vmm.unmap(helper_at[job.chunk]);
+        helper_at[job.chunk] = job.to;
+        __atomic_store_n(counter_host, job.ticket, __ATOMIC_RELEASE);
+      }
+    });
+    unsigned ticket = 0;
+    double enqueue_us = 0;
+    const double helper_us = micros([&] {
+      for (int i = 0; i < kAllocations; ++i) {
+        const int c = i % kChunks;
+        const CUdeviceptr to = destination(c);
+        {
+          std::lock_guard lock(queue_mutex);
+          queue.push_back({c, to, ++ticket, last_use[c]});
+        }
+        queue_cv.notify_one();
+        at[c] = to;
+        const auto w0 = std::chrono::steady_clock::now();
+        check(cuStreamWaitValue32(other, counter_device, ticket, CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+        enqueue_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - w0).count();
+        launch_uses(c, to);
+      }
+      check(cudaStreamSynchronize(other), "sync");
+    });
+    {
+      std::lock_guard lock(queue_mutex);
+      closing = true;
+    }
+    queue_cv.notify_one();
+    helper.join();
+    // Launching alone, no moves: the thread's own share.
+    const double launches_us = micros([&] {
+      for (int i = 0; i < kAllocations; ++i) {
+        const int c = i % kChunks;
+        launch_uses(c, at[c]);
+      }
+      check(cudaStreamSynchronize(other), "sync");
+    });
+    // Check: every word the kernels wrote was counted once per kernel that wrote it.
+    std::vector<unsigned> host(kChunks * vmm.page / sizeof(unsigned));
+    long wrong = 0;
+    for (int c = 0; c < kChunks; ++c) {
+      std::vector<unsigned> words(vmm.page / sizeof(unsigned));
+      check(cudaMemcpy(words.data(), reinterpret_cast<void*>(at[c]), vmm.page, cudaMemcpyDeviceToHost), "copy back");
+      const unsigned expected = 3u * (kAllocations / kChunks);  // inline, helper, launches only
+      for (std::size_t w = 0; w < kKernelsPerAllocation * 1024u; ++w) wrong += words[w] != expected;
+    }
+    std::printf("allocating thread, %d allocations each moving a chunk and launching %d kernels into it:\n"
+                "  moves inline %.1f us; moves on a helper + cuStreamWaitValue32 %.1f us (enqueue %.2f us per wait); "
+                "launches alone (no moves) %.1f us; words wrong %ld\n",
+                kAllocations, kKernelsPerAllocation, inline_us, helper_us, enqueue_us / kAllocations,
+                launches_us, wrong);
+    for (cudaEvent_t& e : use_events) check(cudaEventDestroy(e), "event destroy");
+    check(cuMemFreeHost(counter_host), "cuMemFreeHost");
   }
   std::printf("done\n");
   return 0;
