@@ -26,6 +26,10 @@ enum class SimOp {
   kSynchronizeDevice,
   kCopyToHost,
   kCopyToDevice,
+  kCreateHostCounter,
+  kDestroyHostCounter,
+  kRaiseHostCounter,
+  kStreamWaitHostCounter,
   kCount
 };
 
