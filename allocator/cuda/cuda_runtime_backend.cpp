@@ -3,8 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
-#include <chrono>
-#include <thread>
 #include <cstdint>
 #include <utility>
 
@@ -113,9 +111,7 @@ Status CudaRuntimeBackend::synchronize_device() {
                         "device=" + std::to_string(info_.device));
 }
 
-// The counter's id is its host address, which is also its device address (unified addressing;
-// checked here). Every failing runtime call's error is cleared: torch reads the runtime's last
-// error after its own launches and would report ours as its own.
+// The counter's id is its host address; the GPU reads it through the mapping cudaHostAlloc made.
 Status CudaRuntimeBackend::create_host_counter(HostCounter* out) {
   const DeviceGuard guard(info_.device);
   if (!guard.status().is_ok()) return guard.status();
@@ -124,76 +120,12 @@ Status CudaRuntimeBackend::create_host_counter(HostCounter* out) {
           cudaHostAlloc(&host, sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable),
           "cudaHostAlloc", "4 bytes, mapped, portable");
       !status.is_ok()) {
-    (void)cudaGetLastError();
     return status;
-  }
-  void* device = nullptr;
-  const cudaError_t mapped = cudaHostGetDevicePointer(&device, host, 0);
-  if (mapped != cudaSuccess || device != host) {
-    (void)cudaGetLastError();
-    (void)cudaFreeHost(host);
-    return {ErrorCode::kNotSupported,
-            "create_host_counter: the GPU does not see pinned host memory at its host address "
-            "(no unified addressing?)"};
   }
   std::atomic_ref<std::uint32_t>(*static_cast<std::uint32_t*>(host))
       .store(0, std::memory_order_release);
   out->id = reinterpret_cast<std::uintptr_t>(host);
-  if (Status honoured = check_waits_are_honoured(*out); !honoured.is_ok()) {
-    (void)cudaFreeHost(host);
-    (void)cudaGetLastError();
-    out->id = 0;
-    return honoured;
-  }
   return Status::ok();
-}
-
-// Once per process: a wait for a value not yet there must hold back the work queued after it.
-// Tools that intercept the driver (compute-sanitizer) may run the work anyway, or make the
-// enqueue itself wait; then streams cannot be made to wait for the CPU here, and callers map in
-// place. Costs ~20 ms, once.
-Status CudaRuntimeBackend::check_waits_are_honoured(HostCounter counter) {
-  static const Status verdict = [&]() -> Status {
-    const DriverApi* api = nullptr;
-    if (Status status = load_driver_api(&api); !status.is_ok()) return status;
-    cudaStream_t stream = nullptr;
-    cudaEvent_t after = nullptr;
-    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaEventCreateWithFlags(&after, cudaEventDisableTiming) != cudaSuccess) {
-      (void)cudaGetLastError();
-      if (stream != nullptr) (void)cudaStreamDestroy(stream);
-      return {ErrorCode::kNotSupported, "create_host_counter: no stream or event for the check"};
-    }
-    auto* value = reinterpret_cast<std::uint32_t*>(counter.id);
-    std::thread raiser([value] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      std::atomic_ref<std::uint32_t>(*value).store(1, std::memory_order_release);
-    });
-    const auto start = std::chrono::steady_clock::now();
-    const CUresult waited = api->stream_wait_value32(
-        reinterpret_cast<CUstream>(stream), static_cast<CUdeviceptr>(counter.id), 1,
-        CU_STREAM_WAIT_VALUE_GEQ);
-    const bool recorded = cudaEventRecord(after, stream) == cudaSuccess;
-    const cudaError_t before_raise = cudaEventQuery(after);
-    const auto enqueue = std::chrono::steady_clock::now() - start;
-    raiser.join();
-    (void)cudaStreamSynchronize(stream);
-    (void)cudaEventDestroy(after);
-    (void)cudaStreamDestroy(stream);
-    (void)cudaGetLastError();
-    std::atomic_ref<std::uint32_t>(*value).store(0, std::memory_order_release);
-    if (waited != CUDA_SUCCESS || !recorded) {
-      return {ErrorCode::kNotSupported, "create_host_counter: cuStreamWaitValue32 refused (error " +
-                                            std::to_string(static_cast<int>(waited)) + ")"};
-    }
-    if (enqueue >= std::chrono::milliseconds(15) || before_raise != cudaErrorNotReady) {
-      return {ErrorCode::kNotSupported,
-              "create_host_counter: a stream waiting for a host counter did not hold its work "
-              "back (a tool such as compute-sanitizer intercepting the driver?)"};
-    }
-    return Status::ok();
-  }();
-  return verdict;
 }
 
 Status CudaRuntimeBackend::destroy_host_counter(HostCounter counter) {
@@ -218,8 +150,15 @@ Status CudaRuntimeBackend::stream_wait_host_counter(StreamHandle stream, HostCou
     return {ErrorCode::kNotSupported,
             "cuStreamWaitValue32: " + stream_args(stream) + " is capturing a CUDA graph"};
   }
+  void* device = nullptr;
+  if (Status status = runtime_status(
+          cudaHostGetDevicePointer(&device, reinterpret_cast<void*>(counter.id), 0),
+          "cudaHostGetDevicePointer", "counter=" + describe_address(counter.id));
+      !status.is_ok()) {
+    return status;
+  }
   return check_driver(api->stream_wait_value32(reinterpret_cast<CUstream>(stream),
-                                               static_cast<CUdeviceptr>(counter.id), value,
+                                               reinterpret_cast<CUdeviceptr>(device), value,
                                                CU_STREAM_WAIT_VALUE_GEQ),
                       "cuStreamWaitValue32", [&] {
                         return stream_args(stream) + ", counter=" + describe_address(counter.id) +

@@ -48,9 +48,6 @@ class CudaRuntimeBackend : public DeviceBackend {
   Status free_malloc_segment(DevicePtr ptr, std::size_t bytes);
 
   int device() const { return info_.device; }
-  // Whether a stream waiting for a host counter really holds its work back here (once per
-  // process; create_host_counter refuses otherwise).
-  static Status check_waits_are_honoured(HostCounter counter);
   BackendInfo& mutable_info() { return info_; }
 
  private:
