@@ -92,12 +92,6 @@ struct AllocatorOptions {
   // H200, a third of it the unmap); the old address is unusable until then. Off: the allocating
   // thread unmaps first, then maps (detail/background_unmaps.hpp, docs/configuration.md).
   bool unmap_in_background = true;
-  // Paged heap on a backend whose streams can wait for a host counter (the CUDA backends, the
-  // simulated device): the pages an allocation needs are mapped by a helper thread while the
-  // allocation's stream waits for them on the GPU (cuStreamWaitValue32), so the allocating thread
-  // hands the pointer out at once (detail/background_maps.hpp, docs/design.md 3.1). A map that
-  // fails three times poisons the allocator. Off by default until measured end to end.
-  bool map_in_background = false;
   // Before growing, a stream's blocks still awaiting other streams (record_stream) are made
   // reusable by queueing a GPU-side wait on those streams' events (stream-ordered reuse, as
   // cudaMallocAsync's internal dependencies) instead of waiting for the CPU to see them complete.

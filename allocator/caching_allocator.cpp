@@ -27,7 +27,6 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
   }
   const BackendInfo& info = backend_.info();
   paged_ = options_.use_paged_heap && info.supports_virtual_memory;
-  map_in_background_ = options_.map_in_background && paged_ && info.waits_on_host_counters;
   if (options_.small_size_limit == 0) {
     options_.small_size_limit = paged_ ? std::size_t{64} << 10 : std::size_t{1} << 20;
   }
@@ -91,9 +90,6 @@ inline Block* CachingAllocator::Impl::allocate_block_locked(std::size_t bytes, s
                                                             PoolKind pool, StreamHandle stream,
                                                             TagId tag) {
   refuse_if_asleep(tag, 0, "allocate");  // detail/sleep.cpp
-  if (map_in_background_ && background_maps_.poisoned()) [[unlikely]] {
-    throw_if_error(background_maps_.poison(), "allocate");
-  }
   if (!pending_.empty()) process_completed_frees_locked();
   StreamHeaps& heaps = heaps_for_thread(stream);  // its lane (detail/stream_lanes.cpp)
   Block* block = nullptr;

@@ -63,11 +63,6 @@ struct BlockCensus {
   std::int64_t unmaps_in_background = 0;
   std::int64_t unmaps_on_demand = 0;
   std::int64_t unmaps_pending = 0;  // handed to the helper, not yet run (or still running)
-  // map_in_background (docs/stats.md): allocations whose maps the helper made, those the
-  // allocator ran itself, those not yet done.
-  std::int64_t maps_in_background = 0;
-  std::int64_t maps_on_demand = 0;
-  std::int64_t maps_pending = 0;
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;

@@ -64,8 +64,8 @@ struct KeySpec {
   bool AllocatorOptions::*flag = nullptr;  // kBool keys
 };
 
-const std::array<KeySpec, 26>& key_table() {
-  static const std::array<KeySpec, 26> table = {{
+const std::array<KeySpec, 25>& key_table() {
+  static const std::array<KeySpec, 25> table = {{
       {"backend", "backend", ValueKind::kBackend, {}},
       {"round_bytes",
        "round_bytes",
@@ -151,8 +151,6 @@ const std::array<KeySpec, 26>& key_table() {
        &AllocatorOptions::alias_pending_pages},
       {"unmap_in_background", "unmap_in_background", ValueKind::kBool, {},
        &AllocatorOptions::unmap_in_background},
-      {"map_in_background", "map_in_background", ValueKind::kBool, {},
-       &AllocatorOptions::map_in_background},
       {"adopt_pending_frees", "adopt_pending_frees", ValueKind::kBool, {},
        &AllocatorOptions::adopt_pending_frees},
       {"place_by_mapped_pages", "place_by_mapped_pages", ValueKind::kBool, {},

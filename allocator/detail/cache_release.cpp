@@ -15,7 +15,6 @@ inline void CachingAllocator::Impl::empty_cache() {
 inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   std::lock_guard lock(mutex_);
   flush_front_caches_locked(&stream);
-  if (map_in_background_) throw_if_error(background_maps_.finish_all(), "release_stream");
   throw_if_error(backend_.synchronize_device(), "release_stream: synchronizing the device");
   // Uses on the released stream are complete now; forget them.
   live_.for_each([&](Block* block) {
@@ -53,8 +52,6 @@ inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
 
 inline void CachingAllocator::Impl::release_cached_locked() {
   flush_front_caches_locked(nullptr);  // parked blocks are cached memory too
-  // Pages mapped off this thread are touched below (detail/background_maps.hpp).
-  if (map_in_background_) throw_if_error(background_maps_.finish_all(), "empty_cache");
   if (paged_) {
     // One fence per stream covers every page freed so far; wait for all of them.
     for (auto& heaps : streams_) {
@@ -148,7 +145,6 @@ inline void CachingAllocator::Impl::trim_free_physical(std::size_t keep_bytes) {
 // Best effort at destruction: the device may already be gone, so errors are ignored. Ranges
 // that still hold live blocks are left alone: their memory belongs to whoever holds them.
 inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
-  (void)background_maps_.finish_all();
   (void)backend_.synchronize_device();
   for (auto& heaps : streams_) {
     for (const auto& r : heaps->retiring) {

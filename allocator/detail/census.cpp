@@ -142,9 +142,6 @@ inline BlockCensus CachingAllocator::Impl::census() const {
   census.unmaps_in_background = static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
   census.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());
   census.unmaps_pending = static_cast<std::int64_t>(background_unmaps_.pending());
-  census.maps_in_background = static_cast<std::int64_t>(background_maps_.mapped_by_helper());
-  census.maps_on_demand = static_cast<std::int64_t>(background_maps_.mapped_on_demand());
-  census.maps_pending = static_cast<std::int64_t>(background_maps_.pending());
   census.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;

@@ -139,9 +139,7 @@ inline void CachingAllocator::Impl::hand_to_helper(StreamHeaps::RetiringMapping&
 
 inline void CachingAllocator::Impl::finish_background_unmaps() {
   std::lock_guard lock(mutex_);
-  if (map_in_background_) throw_if_error(background_maps_.finish_all(), "finishing maps");
   for (auto& heaps : streams_) {
-    retire_mappings(*heaps, /*wait=*/false);  // old addresses whose fence has completed since
     retire_each(*heaps, [](const StreamHeaps::RetiringMapping& r) { return r.job != nullptr; });
   }
 }

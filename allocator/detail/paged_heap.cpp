@@ -275,7 +275,6 @@ inline void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr 
   }
   const std::vector<PhysicalChunk> chunks =
       acquire_physical(*span.owner, span.pool, runs, PageExclusion{&span, first, last});
-  if (map_in_background_ && map_off_this_thread(span, runs, chunks)) return;
   std::size_t next = 0;
   std::vector<std::size_t> mapped_heads;
   for (const auto& [run_first, run_pages] : runs) {
@@ -311,36 +310,6 @@ inline void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr 
       ++next;
     }
   }
-}
-
-// map_in_background (detail/background_maps.hpp): the chunks for `runs` are mapped by the helper
-// thread while the span's stream waits for them on the GPU; here they count as mapped at once.
-// False, with nothing changed, where the stream cannot wait (a graph capture, no host counter):
-// the caller maps in place.
-inline bool CachingAllocator::Impl::map_off_this_thread(
-    AddressRange& span, const std::vector<std::pair<std::size_t, std::size_t>>& runs,
-    const std::vector<PhysicalChunk>& chunks) {
-  if (backend_.capture_underway()) return false;
-  std::vector<MapJob::Piece> pieces;
-  pieces.reserve(chunks.size());
-  std::size_t next = 0;
-  for (const auto& [run_first, run_pages] : runs) {
-    for (std::size_t page = run_first; page < run_first + run_pages; page += chunks[next++].pages) {
-      pieces.push_back({span.base + page * page_bytes_, chunks[next].pages * page_bytes_,
-                        chunks[next].handle});
-    }
-  }
-  if (!background_maps_.submit(span.owner->stream, pieces)) return false;
-  next = 0;
-  for (const auto& [run_first, run_pages] : runs) {
-    for (std::size_t page = run_first; page < run_first + run_pages; ++next) {
-      span.set_chunk_mapped(page, chunks[next]);
-      emit(EventKind::kMap, span.pool, span.owner->stream, span.base + page * page_bytes_,
-           chunks[next].pages * page_bytes_);
-      page += chunks[next].pages;
-    }
-  }
-  return true;
 }
 
 // Unmaps the chunk mapped from page `head` on, which no active block touches; its memory goes

@@ -51,7 +51,6 @@
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/detail/address_range.hpp"
-#include "allocator/detail/background_maps.hpp"
 #include "allocator/detail/background_unmaps.hpp"
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/block_address_map.hpp"
@@ -310,9 +309,6 @@ class CachingAllocator::Impl {
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);
-  bool map_off_this_thread(AddressRange& span,
-                           const std::vector<std::pair<std::size_t, std::size_t>>& runs,
-                           const std::vector<PhysicalChunk>& chunks);
   std::size_t unmap_chunk(AddressRange& span, std::size_t head, bool was_free);
   std::size_t unmap_idle_chunk(AddressRange& span, std::size_t head, std::uint64_t freed_at_fence);
   bool waits_for_gpu(const AddressRange& span, std::size_t first, std::size_t last) const;
@@ -499,9 +495,6 @@ class CachingAllocator::Impl {
   // backend that allows a second mapping of the same memory.
   BackgroundUnmaps background_unmaps_{backend_};
   bool unmap_in_background_ = false;
-  // Declared after background_unmaps_: destroyed first, so its jobs end before the unmaps' do.
-  BackgroundMaps background_maps_{backend_};
-  bool map_in_background_ = false;
   std::uint64_t looks_at_other_streams_ = 0;  // note_look_at_other_streams
   // Whether the last look found enough streams allocating for the cold rule (chunk_is_cold);
   // read only after a look, in the same acquire_physical.

@@ -201,9 +201,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
   if (backend_.capture_underway()) {
     refuse("a CUDA graph capture is underway (sleep after the capture has ended)");
   }
-  // Every kernel queued so far may touch the blocks: they must be done before pages go (and the
-  // maps made off this thread before them).
-  if (map_in_background_) throw_if_error(background_maps_.finish_all(), "sleep");
+  // Every kernel queued so far may touch the blocks: they must be done before pages go.
   throw_if_error(backend_.synchronize_device(), "waiting for the device before sleeping");
   if (!pending_.empty()) process_completed_frees_locked();
   const std::vector<Block*> blocks = blocks_to_sleep(tags);

@@ -56,12 +56,6 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               'vramledger.install("backend:vmm,unmap_in_background:false")',
               vramledger_conf="backend:vmm,unmap_in_background:false",
               expected_backend="vramledger"),
-    # Maps made by a helper thread while the stream waits on the GPU (map_in_background, session
-    # 17, 2026-12-03; off by default until measured here).
-    Allocator("vramledger-mapinbackground",
-              'vramledger.install("backend:vmm,map_in_background:true")',
-              vramledger_conf="backend:vmm,map_in_background:true",
-              expected_backend="vramledger"),
     Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
               vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
 ]}

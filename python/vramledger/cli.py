@@ -114,7 +114,7 @@ _CONF_SIZES = {
 }
 _CONF_BOOLS = ("paged_heap", "alias_pending_pages", "adopt_pending_frees",
                "place_by_mapped_pages", "sleepable_graph_pools",
-               "unmap_in_background", "map_in_background")
+               "unmap_in_background")
 _CONF_BACKENDS = ("auto", "simulated", "cuda_malloc", "vmm", "malloc_async")
 
 
