@@ -10,24 +10,7 @@ Status not_supported(const DeviceBackend& backend, const char* what) {
           std::string(what) + " needs virtual memory management, which backend '" +
               backend.info().name + "' does not offer"};
 }
-Status host_counters_not_supported(const DeviceBackend& backend, const char* what) {
-  return {ErrorCode::kNotSupported, std::string(what) + ": backend '" + backend.info().name +
-                                        "' cannot make a stream wait for a host counter"};
-}
 }  // namespace
-
-Status DeviceBackend::create_host_counter(HostCounter*) {
-  return host_counters_not_supported(*this, "create_host_counter");
-}
-Status DeviceBackend::destroy_host_counter(HostCounter) {
-  return host_counters_not_supported(*this, "destroy_host_counter");
-}
-Status DeviceBackend::raise_host_counter(HostCounter, std::uint32_t) {
-  return host_counters_not_supported(*this, "raise_host_counter");
-}
-Status DeviceBackend::stream_wait_host_counter(StreamHandle, HostCounter, std::uint32_t) {
-  return host_counters_not_supported(*this, "stream_wait_host_counter");
-}
 
 Status DeviceBackend::create_physical(std::size_t, PhysicalHandle*) {
   return not_supported(*this, "create_physical");

@@ -33,17 +33,6 @@ struct BackendInfo {
   // heap's alias_pending_pages and unmap_in_background rely on it.
   bool allows_second_mapping = false;
   bool stream_ordered_segments = false;  // free_segment is ordered on the given stream
-  // Streams can wait on the GPU for a counter in host memory (HostCounter below).
-  bool waits_on_host_counters = false;
-};
-
-// A 32-bit counter in host memory that the GPU reads: a stream can be made to wait, on the GPU,
-// until the CPU has raised it to a value (stream_wait_host_counter). It lets work the CPU does
-// off the allocating thread (mapping pages, docs/design.md 3.1) be awaited by the stream
-// instead of by the thread. `id` is the backend's own name for it.
-struct HostCounter {
-  std::uintptr_t id = 0;
-  explicit operator bool() const { return id != 0; }
 };
 
 class DeviceBackend {
@@ -86,19 +75,6 @@ class DeviceBackend {
   virtual Status synchronize_event(EventHandle event) = 0;
   virtual Status stream_wait_event(StreamHandle stream, EventHandle event) = 0;
   virtual Status synchronize_device() = 0;
-
-  // --- Host counters (info().waits_on_host_counters; the defaults return kNotSupported). ---
-  // A new counter at 0.
-  virtual Status create_host_counter(HostCounter* out);
-  // No stream may still wait on it.
-  virtual Status destroy_host_counter(HostCounter counter);
-  // Sets the counter to `value` (from any thread; values only grow). Work queued after a wait
-  // for at most `value` may then run.
-  virtual Status raise_host_counter(HostCounter counter, std::uint32_t value);
-  // Work queued on `stream` after this call runs only once the counter is at least `value`
-  // (compared as (int32_t)(counter - value) >= 0, so values may wrap).
-  virtual Status stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                          std::uint32_t value);
 
   // --- Sleep and wake (CachingAllocator::sleep / wake, docs/sleep.md). ---
   // Host memory the device copies to and from at full speed (pinned on CUDA). The defaults use

@@ -57,17 +57,6 @@ class ForwardingBackend : public DeviceBackend {
     return inner_.stream_wait_event(stream, event);
   }
   Status synchronize_device() override { return inner_.synchronize_device(); }
-  Status create_host_counter(HostCounter* out) override { return inner_.create_host_counter(out); }
-  Status destroy_host_counter(HostCounter counter) override {
-    return inner_.destroy_host_counter(counter);
-  }
-  Status raise_host_counter(HostCounter counter, std::uint32_t value) override {
-    return inner_.raise_host_counter(counter, value);
-  }
-  Status stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                  std::uint32_t value) override {
-    return inner_.stream_wait_host_counter(stream, counter, value);
-  }
   Status allocate_host(std::size_t bytes, void** out) override {
     return inner_.allocate_host(bytes, out);
   }

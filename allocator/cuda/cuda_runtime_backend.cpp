@@ -2,13 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <cstdint>
 #include <utility>
 
 #include "allocator/cuda/cuda_status.hpp"
 #include "allocator/cuda/device_guard.hpp"
-#include "allocator/cuda/driver_api.hpp"
 #include "allocator/cuda/pinned_host_memory.hpp"
 #include "allocator/cuda/vmm_properties.hpp"
 
@@ -40,8 +37,6 @@ CudaRuntimeBackend::CudaRuntimeBackend(int device, std::string name) {
   if (query_vmm_properties(device, &vmm).is_ok() && vmm.granularity != 0) {
     info_.granularity = vmm.granularity;
   }
-  const DriverApi* api = nullptr;
-  info_.waits_on_host_counters = load_driver_api(&api).is_ok();
 }
 
 Status CudaRuntimeBackend::memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -109,61 +104,6 @@ Status CudaRuntimeBackend::synchronize_device() {
   if (!guard.status().is_ok()) return guard.status();
   return runtime_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize",
                         "device=" + std::to_string(info_.device));
-}
-
-// The counter's id is its host address; the GPU reads it through the mapping cudaHostAlloc made.
-Status CudaRuntimeBackend::create_host_counter(HostCounter* out) {
-  const DeviceGuard guard(info_.device);
-  if (!guard.status().is_ok()) return guard.status();
-  void* host = nullptr;
-  if (Status status = runtime_status(
-          cudaHostAlloc(&host, sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable),
-          "cudaHostAlloc", "4 bytes, mapped, portable");
-      !status.is_ok()) {
-    return status;
-  }
-  std::atomic_ref<std::uint32_t>(*static_cast<std::uint32_t*>(host))
-      .store(0, std::memory_order_release);
-  out->id = reinterpret_cast<std::uintptr_t>(host);
-  return Status::ok();
-}
-
-Status CudaRuntimeBackend::destroy_host_counter(HostCounter counter) {
-  return runtime_status(cudaFreeHost(reinterpret_cast<void*>(counter.id)), "cudaFreeHost",
-                        "counter=" + describe_address(counter.id));
-}
-
-Status CudaRuntimeBackend::raise_host_counter(HostCounter counter, std::uint32_t value) {
-  std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(counter.id))
-      .store(value, std::memory_order_release);
-  return Status::ok();
-}
-
-Status CudaRuntimeBackend::stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                                    std::uint32_t value) {
-  const DriverApi* api = nullptr;
-  if (Status status = load_driver_api(&api); !status.is_ok()) return status;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(as_stream(stream), &capture) != cudaSuccess) {
-    (void)cudaGetLastError();  // the wait below reports what is wrong with the stream
-  } else if (capture != cudaStreamCaptureStatusNone) {
-    return {ErrorCode::kNotSupported,
-            "cuStreamWaitValue32: " + stream_args(stream) + " is capturing a CUDA graph"};
-  }
-  void* device = nullptr;
-  if (Status status = runtime_status(
-          cudaHostGetDevicePointer(&device, reinterpret_cast<void*>(counter.id), 0),
-          "cudaHostGetDevicePointer", "counter=" + describe_address(counter.id));
-      !status.is_ok()) {
-    return status;
-  }
-  return check_driver(api->stream_wait_value32(reinterpret_cast<CUstream>(stream),
-                                               reinterpret_cast<CUdeviceptr>(device), value,
-                                               CU_STREAM_WAIT_VALUE_GEQ),
-                      "cuStreamWaitValue32", [&] {
-                        return stream_args(stream) + ", counter=" + describe_address(counter.id) +
-                               ", value=" + std::to_string(value);
-                      });
 }
 
 Status CudaRuntimeBackend::allocate_host(std::size_t bytes, void** out) {

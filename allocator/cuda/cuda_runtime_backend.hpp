@@ -23,14 +23,6 @@ class CudaRuntimeBackend : public DeviceBackend {
   Status synchronize_event(EventHandle event) override;
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   Status synchronize_device() override;
-  // Host counters (docs/design.md 3.1): a word of pinned host memory the GPU reads
-  // (cudaHostAlloc, mapped), awaited with cuStreamWaitValue32 (GEQ). A capturing stream is
-  // refused: the wait would become part of the graph.
-  Status create_host_counter(HostCounter* out) override;
-  Status destroy_host_counter(HostCounter counter) override;
-  Status raise_host_counter(HostCounter counter, std::uint32_t value) override;
-  Status stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                  std::uint32_t value) override;
   // Sleep and wake (docs/sleep.md): pinned host memory (pinned_host_memory.hpp, two ways) and
   // copies queued on the legacy default stream (cudaMemcpyAsync), complete at synchronize_device().
   Status allocate_host(std::size_t bytes, void** out) override;

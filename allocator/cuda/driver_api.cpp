@@ -62,8 +62,6 @@ Loaded load() {
       {"cuMemMap", [](const char* s, DriverApi& a) { return resolve(s, &a.mem_map); }},
       {"cuMemUnmap", [](const char* s, DriverApi& a) { return resolve(s, &a.mem_unmap); }},
       {"cuMemSetAccess", [](const char* s, DriverApi& a) { return resolve(s, &a.mem_set_access); }},
-      {"cuStreamWaitValue32",
-       [](const char* s, DriverApi& a) { return resolve(s, &a.stream_wait_value32); }},
   };
   for (const auto& entry : table) {
     loaded.status = entry.bind(entry.symbol, api);

@@ -27,7 +27,6 @@ struct DriverApi {
   PFN_cuMemMap_v10020 mem_map = nullptr;
   PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
   PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
-  PFN_cuStreamWaitValue32_v11070 stream_wait_value32 = nullptr;
 };
 
 // Resolves every entry point once per process (thread-safe). On failure *out is null and the

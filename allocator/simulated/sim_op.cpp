@@ -22,10 +22,6 @@ std::string_view to_string(SimOp op) noexcept {
     case SimOp::kSynchronizeDevice: return "synchronize_device";
     case SimOp::kCopyToHost: return "copy_to_host";
     case SimOp::kCopyToDevice: return "copy_to_device";
-    case SimOp::kCreateHostCounter: return "create_host_counter";
-    case SimOp::kDestroyHostCounter: return "destroy_host_counter";
-    case SimOp::kRaiseHostCounter: return "raise_host_counter";
-    case SimOp::kStreamWaitHostCounter: return "stream_wait_host_counter";
     case SimOp::kCount: break;
   }
   return "unknown_op";

@@ -26,10 +26,6 @@ enum class SimOp {
   kSynchronizeDevice,
   kCopyToHost,
   kCopyToDevice,
-  kCreateHostCounter,
-  kDestroyHostCounter,
-  kRaiseHostCounter,
-  kStreamWaitHostCounter,
   kCount
 };
 

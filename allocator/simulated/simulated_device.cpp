@@ -21,7 +21,6 @@ BackendInfo make_info(const SimulatedDeviceOptions& options) {
   info.supports_virtual_memory = options.supports_virtual_memory;
   info.allows_second_mapping = options.supports_virtual_memory && options.allow_aliased_mappings;
   info.stream_ordered_segments = false;
-  info.waits_on_host_counters = true;
   return info;
 }
 
@@ -154,23 +153,9 @@ Status SimulatedDevice::query_event(EventHandle event, EventState* state) {
 }
 
 Status SimulatedDevice::synchronize_event(EventHandle event) {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   if (Status status = begin_call(SimOp::kSynchronizeEvent); !status) return status;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (true) {
-    Status status = timeline_.synchronize_event(event);
-    if (status || !timeline_.any_wait_for_host_counter()) return status;
-    if (!wait_for_counter_raise(lock, deadline)) {
-      return {ErrorCode::kInternal, "synchronize_event: the event's work still waits for a host "
-                                    "counter after 30 s (the device would wait for ever)"};
-    }
-  }
-}
-
-bool SimulatedDevice::wait_for_counter_raise(std::unique_lock<std::mutex>& lock,
-                                             std::chrono::steady_clock::time_point deadline) {
-  return counter_raised_.wait_until(lock, deadline) == std::cv_status::no_timeout ||
-         std::chrono::steady_clock::now() < deadline;
+  return timeline_.synchronize_event(event);
 }
 
 Status SimulatedDevice::stream_wait_event(StreamHandle stream, EventHandle event) {
@@ -180,50 +165,10 @@ Status SimulatedDevice::stream_wait_event(StreamHandle stream, EventHandle event
 }
 
 Status SimulatedDevice::synchronize_device() {
-  std::unique_lock lock(mutex_);
+  std::lock_guard lock(mutex_);
   if (Status status = begin_call(SimOp::kSynchronizeDevice); !status) return status;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   timeline_.synchronize_device();
-  while (timeline_.any_wait_for_host_counter()) {
-    if (!wait_for_counter_raise(lock, deadline)) {
-      return {ErrorCode::kInternal, "synchronize_device: queued work still waits for a host "
-                                    "counter after 30 s (the device would wait for ever)"};
-    }
-    timeline_.synchronize_device();
-  }
   return Status::ok();
-}
-
-// --- Host counters ---
-
-Status SimulatedDevice::create_host_counter(HostCounter* out) {
-  std::lock_guard lock(mutex_);
-  if (Status status = begin_call(SimOp::kCreateHostCounter); !status) return status;
-  out->id = timeline_.create_host_counter();
-  return Status::ok();
-}
-
-Status SimulatedDevice::destroy_host_counter(HostCounter counter) {
-  std::lock_guard lock(mutex_);
-  if (Status status = begin_call(SimOp::kDestroyHostCounter); !status) return status;
-  return timeline_.destroy_host_counter(counter.id);
-}
-
-Status SimulatedDevice::raise_host_counter(HostCounter counter, std::uint32_t value) {
-  {
-    std::lock_guard lock(mutex_);
-    if (Status status = begin_call(SimOp::kRaiseHostCounter); !status) return status;
-    if (Status status = timeline_.raise_host_counter(counter.id, value); !status) return status;
-  }
-  counter_raised_.notify_all();
-  return Status::ok();
-}
-
-Status SimulatedDevice::stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                                 std::uint32_t value) {
-  std::lock_guard lock(mutex_);
-  if (Status status = begin_call(SimOp::kStreamWaitHostCounter); !status) return status;
-  return timeline_.stream_wait_host_counter(stream, counter.id, value);
 }
 
 // --- Work the test stands for ---

@@ -19,8 +19,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -68,14 +66,6 @@ class SimulatedDevice : public DeviceBackend {
   Status stream_wait_event(StreamHandle stream, EventHandle event) override;
   // Completes all work queued so far on every stream; paused streams stay paused.
   Status synchronize_device() override;
-  // Host counters (stream_timeline.hpp). A synchronize whose work waits for a counter waits,
-  // as the device would, until another thread raises it (kInternal after 30 s, where the device
-  // would hang).
-  Status create_host_counter(HostCounter* out) override;
-  Status destroy_host_counter(HostCounter counter) override;
-  Status raise_host_counter(HostCounter counter, std::uint32_t value) override;
-  Status stream_wait_host_counter(StreamHandle stream, HostCounter counter,
-                                  std::uint32_t value) override;
   // Copies through the mapping of the moment: the bytes are stored per physical handle or
   // segment (simulated_contents.hpp). Unmapped or unknown addresses are kInvalidArgument.
   Status copy_to_host(void* host, DevicePtr device, std::size_t bytes) override;
@@ -164,10 +154,6 @@ class SimulatedDevice : public DeviceBackend {
   const BackendInfo info_;
 
   mutable std::mutex mutex_;
-  std::condition_variable counter_raised_;  // with mutex_
-  // Waits (releasing the lock) until a host counter is raised; false after 30 s in all.
-  bool wait_for_counter_raise(std::unique_lock<std::mutex>& lock,
-                              std::chrono::steady_clock::time_point deadline);
   SimulatedMemory memory_;
   SimulatedContents contents_;
   bool capture_underway_ = false;

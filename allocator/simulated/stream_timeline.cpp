@@ -34,7 +34,7 @@ StreamHandle StreamTimeline::create_stream() {
 
 bool StreamTimeline::is_live(StreamHandle stream) const {
   auto it = streams_.find(stream);
-  return it != streams_.end() && it->second.live && !it->second.host_counter;
+  return it != streams_.end() && it->second.live;
 }
 
 Status StreamTimeline::check_live(StreamHandle stream, const char* caller) const {
@@ -45,9 +45,7 @@ Status StreamTimeline::check_live(StreamHandle stream, const char* caller) const
 
 std::size_t StreamTimeline::live_stream_count() const {
   std::size_t count = 0;
-  for (const auto& entry : streams_) {
-    count += entry.second.live && !entry.second.host_counter ? 1 : 0;
-  }
+  for (const auto& entry : streams_) count += entry.second.live ? 1 : 0;
   return count;
 }
 
@@ -87,12 +85,7 @@ bool StreamTimeline::is_complete(const WorkPoint& point) const {
   if (point.position == 0) return true;
   auto it = streams_.find(point.stream);
   // A stream is dropped only once destroyed and idle, so its work is all done.
-  if (it == streams_.end()) return true;
-  if (it->second.host_counter) {
-    return static_cast<std::int32_t>(static_cast<std::uint32_t>(it->second.completed) -
-                                      static_cast<std::uint32_t>(point.position)) >= 0;
-  }
-  return it->second.completed >= point.position;
+  return it == streams_.end() || it->second.completed >= point.position;
 }
 
 bool StreamTimeline::precedes(const WorkPoint& point, StreamHandle stream,
@@ -172,7 +165,6 @@ void StreamTimeline::force_complete(WorkPoint point) {
     auto it = streams_.find(next.stream);
     if (it == streams_.end()) continue;
     Stream& stream = it->second;
-    if (stream.host_counter) continue;  // only the CPU moves it (raise_host_counter)
     if (stream.completed >= next.position || stream.forced >= next.position) continue;
     stream.forced = next.position;
     for (const Barrier& barrier : stream.barriers) {
@@ -180,82 +172,6 @@ void StreamTimeline::force_complete(WorkPoint point) {
       to_force.push_back(barrier.awaited);
     }
   }
-}
-
-// --- Host counters ---
-
-StreamHandle StreamTimeline::create_host_counter() {
-  const StreamHandle handle = next_counter_++;
-  Stream counter;
-  counter.host_counter = true;
-  streams_.emplace(handle, counter);
-  return handle;
-}
-
-namespace {
-Status unknown_counter(StreamHandle counter, const char* caller) {
-  return {ErrorCode::kInvalidArgument, std::string(caller) + ": unknown host counter " +
-                                           hex_address(counter) +
-                                           " (never created or already destroyed)"};
-}
-}  // namespace
-
-Status StreamTimeline::destroy_host_counter(StreamHandle counter) {
-  auto it = streams_.find(counter);
-  if (it == streams_.end() || !it->second.host_counter) {
-    return unknown_counter(counter, "destroy_host_counter");
-  }
-  for (StreamHandle handle : busy_) {
-    for (const Barrier& barrier : streams_.at(handle).barriers) {
-      if (barrier.awaited.stream == counter) {
-        return {ErrorCode::kInvalidArgument,
-                "destroy_host_counter: stream " + hex_address(handle) + " still waits for " +
-                    hex_address(counter)};
-      }
-    }
-  }
-  streams_.erase(it);
-  return Status::ok();
-}
-
-Status StreamTimeline::raise_host_counter(StreamHandle counter, std::uint32_t value) {
-  auto it = streams_.find(counter);
-  if (it == streams_.end() || !it->second.host_counter) {
-    return unknown_counter(counter, "raise_host_counter");
-  }
-  Stream& state = it->second;
-  const auto now = static_cast<std::uint32_t>(state.completed);
-  if (static_cast<std::int32_t>(value - now) > 0) state.completed = value;
-  propagate();
-  return Status::ok();
-}
-
-Status StreamTimeline::stream_wait_host_counter(StreamHandle stream, StreamHandle counter,
-                                                std::uint32_t value) {
-  if (Status status = check_live(stream, "stream_wait_host_counter"); !status) return status;
-  auto it = streams_.find(counter);
-  if (it == streams_.end() || !it->second.host_counter) {
-    return unknown_counter(counter, "stream_wait_host_counter");
-  }
-  const WorkPoint awaited{counter, value};
-  if (is_complete(awaited)) return Status::ok();
-  Stream& state = streams_.at(stream);
-  const std::uint64_t position = ++state.submitted;
-  state.barriers.push_back(Barrier{position, awaited});
-  busy_.insert(stream);
-  return Status::ok();
-}
-
-bool StreamTimeline::any_wait_for_host_counter() const {
-  for (StreamHandle handle : busy_) {
-    for (const Barrier& barrier : streams_.at(handle).barriers) {
-      auto it = streams_.find(barrier.awaited.stream);
-      if (it != streams_.end() && it->second.host_counter && !is_complete(barrier.awaited)) {
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 // --- Events ---

@@ -13,12 +13,6 @@
 // points even while paused; the streams stay paused for later work. synchronize_device does the
 // same for everything queued so far.
 //
-// A host counter (DeviceBackend::create_host_counter) is a pseudo-stream that only
-// raise_host_counter moves: its value is its completed position, and a stream waiting for it
-// holds a barrier like an event wait. Work behind such a barrier cannot be forced complete
-// (synchronize_event, synchronize_device): the real device would wait for the CPU, so the caller
-// (SimulatedDevice) waits for a raise.
-//
 // Stream 0 always exists and cannot be destroyed; it is an ordinary stream here (the legacy
 // default stream's implicit synchronisation with other streams is not modelled). A destroyed
 // stream can no longer be used, but its queued work still completes as the device would: it is
@@ -42,7 +36,6 @@ class StreamTimeline {
   // Distinct ranges so a handle of one kind passed as the other is rejected.
   static constexpr StreamHandle kFirstStreamHandle = 0x5000'0001;
   static constexpr EventHandle kFirstEventHandle = 0xE000'0001;
-  static constexpr StreamHandle kFirstCounterHandle = 0xC000'0001;
 
   StreamTimeline();
 
@@ -61,15 +54,6 @@ class StreamTimeline {
   Status synchronize_event(EventHandle event);
   Status stream_wait_event(StreamHandle stream, EventHandle event);
   void synchronize_device();
-
-  StreamHandle create_host_counter();
-  // kInvalidArgument while queued work still waits for it.
-  Status destroy_host_counter(StreamHandle counter);
-  // Values only grow (modulo 2^32, compared as signed differences); a lower value is ignored.
-  Status raise_host_counter(StreamHandle counter, std::uint32_t value);
-  Status stream_wait_host_counter(StreamHandle stream, StreamHandle counter, std::uint32_t value);
-  // Whether some queued work waits for a host counter below its value.
-  bool any_wait_for_host_counter() const;
 
   // Whether work enqueued on `stream` now would run after the work item `event` was recorded
   // at: that item is complete, on the same stream, or awaited (directly or through other
@@ -95,7 +79,6 @@ class StreamTimeline {
   struct Stream {
     bool live = true;
     bool paused = false;
-    bool host_counter = false;  // a host counter: `completed` is its value
     std::uint64_t submitted = 0;
     std::uint64_t completed = 0;
     std::uint64_t forced = 0;      // completes up to here even while paused
@@ -124,7 +107,6 @@ class StreamTimeline {
   std::unordered_map<EventHandle, Event> events_;
   StreamHandle next_stream_ = kFirstStreamHandle;
   EventHandle next_event_ = kFirstEventHandle;
-  StreamHandle next_counter_ = kFirstCounterHandle;
 };
 
 }  // namespace vramledger

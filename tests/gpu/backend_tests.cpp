@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +13,6 @@
 #include <random>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -315,84 +313,6 @@ TEST_P(BackendTest, RemappedPagesKeepTheirData) {
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(a, kPages * page));
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(b, kPages * page));
     VRAMLEDGER_ASSERT_OK(vmm.free_address_range(c, page));
-  }
-}
-
-// The mechanism of maps made off the allocating thread (docs/design.md 3.1): the stream waits on
-// the GPU for a host counter; work queued behind the wait may use pages that another thread maps
-// only afterwards, then raises the counter. On VMM the fill goes to pages not yet mapped when it
-// is queued; on the others, to a segment, and the wait must still hold the work back.
-TEST_P(BackendTest, WorkWaitsForAHostCounterRaisedAfterTheMap) {
-  ASSERT_TRUE(backend().info().waits_on_host_counters);
-  TestStream stream;
-  MismatchCounters counters;
-  HostCounter counter;
-  VRAMLEDGER_ASSERT_OK(backend().create_host_counter(&counter));
-  const bool vmm = backend().info().supports_virtual_memory;
-  const std::size_t page = backend().info().granularity;
-  constexpr std::size_t kPages = 4;
-  DevicePtr ptr = 0;
-  PhysicalHandle handles[kPages] = {};
-  if (vmm) {
-    for (auto& handle : handles) VRAMLEDGER_ASSERT_OK(backend().create_physical(page, &handle));
-    VRAMLEDGER_ASSERT_OK(backend().reserve_address_range(kPages * page, &ptr));
-  } else {
-    VRAMLEDGER_ASSERT_OK(backend().allocate_segment(kPages * page, stream.handle(), &ptr));
-    VRAMLEDGER_ASSERT_OK(stream.synchronize());
-  }
-  // The enqueue cost of a wait already satisfied.
-  constexpr int kWaits = 1000;
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kWaits; ++i) {
-    VRAMLEDGER_ASSERT_OK(backend().stream_wait_host_counter(stream.handle(), counter, 0));
-  }
-  const double enqueue_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() /
-      kWaits;
-  VRAMLEDGER_ASSERT_OK(stream.synchronize());
-  RecordProperty("wait_enqueue_us", std::to_string(enqueue_us));
-  std::printf("[ info ] %s: stream_wait_host_counter enqueue %.2f us\n", GetParam().c_str(),
-              enqueue_us);
-
-  // Tools such as compute-sanitizer make launches synchronous: a launch behind an unraised
-  // counter would then never return, so there the map and the raise come first.
-  VRAMLEDGER_ASSERT_OK(spin(20'000'000, stream.handle()));
-  const bool launches_async =
-      cudaStreamQuery(reinterpret_cast<cudaStream_t>(stream.handle())) == cudaErrorNotReady;
-  (void)cudaGetLastError();
-  VRAMLEDGER_ASSERT_OK(stream.synchronize());
-  auto map_and_raise = [&] {
-    if (vmm) VRAMLEDGER_EXPECT_OK(backend().map_pages(ptr, page, handles));
-    VRAMLEDGER_EXPECT_OK(backend().raise_host_counter(counter, 1));
-  };
-  if (!launches_async) map_and_raise();
-  VRAMLEDGER_ASSERT_OK(backend().stream_wait_host_counter(stream.handle(), counter, 1));
-  VRAMLEDGER_ASSERT_OK(fill_pattern(ptr, kPages * page, 23, stream.handle()));
-  VRAMLEDGER_ASSERT_OK(count_mismatches(ptr, kPages * page, 23, stream.handle(), counters.at(0)));
-  EventHandle done = 0;
-  VRAMLEDGER_ASSERT_OK(backend().create_event(&done));
-  VRAMLEDGER_ASSERT_OK(backend().record_event(done, stream.handle()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  if (launches_async) {
-    EventState state = EventState::kComplete;
-    VRAMLEDGER_ASSERT_OK(backend().query_event(done, &state));
-    EXPECT_EQ(state, EventState::kPending) << "the work waits for the counter";
-    std::thread mapper(map_and_raise);  // as the policy's helper thread would
-    mapper.join();
-  }
-  VRAMLEDGER_ASSERT_OK(backend().synchronize_event(done));
-  std::vector<std::uint64_t> wrong;
-  VRAMLEDGER_ASSERT_OK(counters.read(&wrong));
-  EXPECT_EQ(wrong[0], 0u);
-  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
-  VRAMLEDGER_ASSERT_OK(backend().destroy_event(done));
-  VRAMLEDGER_ASSERT_OK(backend().destroy_host_counter(counter));
-  if (vmm) {
-    VRAMLEDGER_ASSERT_OK(backend().unmap_pages(ptr, page, kPages));
-    for (PhysicalHandle handle : handles) VRAMLEDGER_ASSERT_OK(backend().release_physical(handle));
-    VRAMLEDGER_ASSERT_OK(backend().free_address_range(ptr, kPages * page));
-  } else {
-    VRAMLEDGER_ASSERT_OK(backend().free_segment(ptr, kPages * page, stream.handle()));
   }
 }
 

@@ -29,13 +29,6 @@
                                            << vramledger_status.message(); \
   } while (0)
 
-#define VRAMLEDGER_EXPECT_OK(expr)                                   \
-  do {                                                               \
-    const ::vramledger::Status vramledger_status = (expr);           \
-    EXPECT_TRUE(vramledger_status.is_ok()) << #expr << ": "          \
-                                           << vramledger_status.message(); \
-  } while (0)
-
 namespace vramledger::gpu_test {
 
 inline constexpr int kDevice = 0;

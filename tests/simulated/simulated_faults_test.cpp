@@ -64,14 +64,6 @@ class OpRunner {
         const char bytes[16] = {1, 2, 3};
         return device_.copy_to_device(mapped_page(), bytes, sizeof bytes);
       }
-      case SimOp::kCreateHostCounter: {
-        HostCounter counter;
-        return device_.create_host_counter(&counter);
-      }
-      case SimOp::kDestroyHostCounter: return device_.destroy_host_counter(new_counter());
-      case SimOp::kRaiseHostCounter: return device_.raise_host_counter(new_counter(), 1);
-      case SimOp::kStreamWaitHostCounter:
-        return device_.stream_wait_host_counter(0, new_counter(), 0);
       case SimOp::kCount: break;
     }
     return {ErrorCode::kInternal, "no such op"};
@@ -98,11 +90,6 @@ class OpRunner {
   DevicePtr range() {
     DevicePtr out = 0;
     note(SimOp::kReserveAddress, device_.reserve_address_range(kPage, &out));
-    return out;
-  }
-  HostCounter new_counter() {
-    HostCounter out;
-    note(SimOp::kCreateHostCounter, device_.create_host_counter(&out));
     return out;
   }
   EventHandle new_event() {

@@ -1,10 +1,8 @@
 // Streams and events of the simulated device: pause/resume, waits, synchronisation, destruction.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <span>
 #include <string>
-#include <thread>
 
 #include "allocator/simulated/simulated_device.hpp"
 
@@ -357,102 +355,6 @@ TEST_F(SimulatedStreamsTest, FindHazardFollowsStreamOrderAndAliases) {
   ok(device.unmap_pages(old_va, page, 1));
   ok(device.unmap_pages(new_va, page, 1));
   ok(device.release_physical(handle));
-}
-
-// --- Host counters: a stream waits on the GPU until the CPU raises a counter ---
-
-TEST_F(SimulatedStreamsTest, WorkBehindAHostCounterWaitRunsOnceTheCounterIsRaised) {
-  EXPECT_TRUE(device.info().waits_on_host_counters);
-  HostCounter counter;
-  ok(device.create_host_counter(&counter));
-  const StreamHandle stream = device.create_stream();
-  ok(device.stream_wait_host_counter(stream, counter, 3));
-  const EventHandle after = recorded_on(stream);
-  EXPECT_TRUE(pending(after));
-  ok(device.raise_host_counter(counter, 2));  // not yet
-  EXPECT_TRUE(pending(after));
-  ok(device.raise_host_counter(counter, 3));
-  EXPECT_FALSE(pending(after));
-  ok(device.raise_host_counter(counter, 1));  // a lower value changes nothing
-  ok(device.stream_wait_host_counter(stream, counter, 3));  // already there: no wait
-  EXPECT_FALSE(pending(recorded_on(stream)));
-  ok(device.destroy_host_counter(counter));
-}
-
-TEST_F(SimulatedStreamsTest, OtherStreamsWaitingOnTheWaitingStreamWaitToo) {
-  HostCounter counter;
-  ok(device.create_host_counter(&counter));
-  const StreamHandle first = device.create_stream();
-  const StreamHandle second = device.create_stream();
-  ok(device.stream_wait_host_counter(first, counter, 1));
-  wait(second, recorded_on(first));
-  const EventHandle on_second = recorded_on(second);
-  EXPECT_TRUE(pending(on_second));
-  ok(device.raise_host_counter(counter, 1));
-  EXPECT_FALSE(pending(on_second));
-}
-
-TEST_F(SimulatedStreamsTest, HostCounterValuesWrapAround) {
-  HostCounter counter;
-  ok(device.create_host_counter(&counter));
-  ok(device.raise_host_counter(counter, 0xFFFF'FFF0u));
-  const StreamHandle stream = device.create_stream();
-  ok(device.stream_wait_host_counter(stream, counter, 5));  // 21 past the current value
-  const EventHandle after = recorded_on(stream);
-  EXPECT_TRUE(pending(after));
-  ok(device.raise_host_counter(counter, 0xFFFF'FFFFu));
-  EXPECT_TRUE(pending(after));
-  ok(device.raise_host_counter(counter, 5));
-  EXPECT_FALSE(pending(after));
-}
-
-TEST_F(SimulatedStreamsTest, SynchronizingWaitsForTheRaiseAsTheDeviceWould) {
-  HostCounter counter;
-  ok(device.create_host_counter(&counter));
-  const StreamHandle stream = device.create_stream();
-  ok(device.stream_wait_host_counter(stream, counter, 1));
-  const EventHandle after = recorded_on(stream);
-  const auto start = std::chrono::steady_clock::now();
-  std::thread raiser([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ok(device.raise_host_counter(counter, 1));
-  });
-  ok(device.synchronize_event(after));
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
-  EXPECT_FALSE(pending(after));
-  raiser.join();
-  // synchronize_device likewise.
-  ok(device.stream_wait_host_counter(stream, counter, 2));
-  const EventHandle later = recorded_on(stream);
-  std::thread raiser2([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ok(device.raise_host_counter(counter, 2));
-  });
-  ok(device.synchronize_device());
-  EXPECT_FALSE(pending(later));
-  raiser2.join();
-}
-
-TEST_F(SimulatedStreamsTest, HostCountersRejectMisuse) {
-  HostCounter counter;
-  ok(device.create_host_counter(&counter));
-  const StreamHandle stream = device.create_stream();
-  ok(device.stream_wait_host_counter(stream, counter, 1));
-  // Still awaited: destroying it would leave the stream waiting for ever.
-  EXPECT_EQ(device.destroy_host_counter(counter).code(), ErrorCode::kInvalidArgument);
-  ok(device.raise_host_counter(counter, 1));
-  ok(device.destroy_host_counter(counter));
-  EXPECT_EQ(device.raise_host_counter(counter, 2).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(device.stream_wait_host_counter(stream, counter, 2).code(),
-            ErrorCode::kInvalidArgument);
-  EXPECT_EQ(device.destroy_host_counter(counter).code(), ErrorCode::kInvalidArgument);
-  // A counter is not a stream, nor a stream a counter.
-  HostCounter other;
-  ok(device.create_host_counter(&other));
-  EXPECT_EQ(device.record_event(event(), other.id).code(), ErrorCode::kInvalidStream);
-  EXPECT_EQ(device.raise_host_counter(HostCounter{stream}, 1).code(), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(device.stream_wait_host_counter(0xDEAD, other, 1).code(), ErrorCode::kInvalidStream);
-  EXPECT_EQ(device.live_stream_count(), 2u);  // stream 0 and `stream`: counters are not counted
 }
 
 }  // namespace
