@@ -100,10 +100,10 @@ struct Vmm {
     check(cuMemAddressReserve(&va, pages * page, page, 0, 0), "cuMemAddressReserve");
     return va;
   }
-  void map(CUdeviceptr va, CUmemGenericAllocationHandle handle) {
+  void map(CUdeviceptr va, CUmemGenericAllocationHandle handle) const {
     check(cuMemMap(va, page, 0, handle, 0), "cuMemMap");
   }
-  void set_access(CUdeviceptr va) { check(cuMemSetAccess(va, page, &access, 1), "cuMemSetAccess"); }
+  void set_access(CUdeviceptr va) const { check(cuMemSetAccess(va, page, &access, 1), "cuMemSetAccess"); }
   std::vector<CUmemGenericAllocationHandle> create_many(int count) {
     std::vector<CUmemGenericAllocationHandle> made;
     for (int i = 0; i < count; ++i) made.push_back(create());
@@ -116,8 +116,28 @@ struct Vmm {
       set_access(va + i * page);
     }
   }
-  void unmap(CUdeviceptr va) { check(cuMemUnmap(va, page), "cuMemUnmap"); }
+  void unmap(CUdeviceptr va) const { check(cuMemUnmap(va, page), "cuMemUnmap"); }
 };
+
+// Moves every chunk of `chunks` from one of two ranges to the other (unmap, map, set access),
+// round after round, until `stop` (checked between rounds, so between runs the chunks are all on
+// one side: `at_from`), counting each move in `moves`. On its own thread.
+void shuttle_chunks(const Vmm& vmm, const std::vector<CUmemGenericAllocationHandle>& chunks,
+                    CUdeviceptr from, CUdeviceptr to, bool& at_from,
+                    const std::atomic<bool>& stop, std::atomic<long>& moves) {
+  check(cudaSetDevice(0), "cudaSetDevice (mover)");
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const CUdeviceptr old_va = (at_from ? from : to) + i * vmm.page;
+      const CUdeviceptr new_va = (at_from ? to : from) + i * vmm.page;
+      vmm.unmap(old_va);
+      vmm.map(new_va, chunks[i]);
+      vmm.set_access(new_va);
+      moves.fetch_add(1, std::memory_order_relaxed);
+    }
+    at_from = !at_from;
+  }
+}
 
 }  // namespace
 
@@ -283,20 +303,7 @@ int main() {
     std::atomic<bool> stop{false};
     std::atomic<long> moves{0};
     bool at_from = true;
-    auto mover = [&] {
-      check(cudaSetDevice(0), "cudaSetDevice (mover)");
-      while (!stop.load(std::memory_order_relaxed)) {
-        for (int i = 0; i < kMovePages; ++i) {
-          const CUdeviceptr old_va = (at_from ? from : to) + i * vmm.page;
-          const CUdeviceptr new_va = (at_from ? to : from) + i * vmm.page;
-          vmm.unmap(old_va);
-          vmm.map(new_va, movers[i]);
-          vmm.set_access(new_va);
-          moves.fetch_add(1, std::memory_order_relaxed);
-        }
-        at_from = !at_from;
-      }
-    };
+    auto mover = [&] { shuttle_chunks(vmm, movers, from, to, at_from, stop, moves); };
     const double alone = launches();
     const double moves_alone_us = [&] {
       moves = 0;
@@ -352,20 +359,7 @@ int main() {
     std::atomic<bool> stop{false};
     std::atomic<long> moves{0};
     bool at_from = true;
-    auto mover = [&] {
-      check(cudaSetDevice(0), "cudaSetDevice (mover)");
-      while (!stop.load(std::memory_order_relaxed)) {
-        for (int i = 0; i < kMovePages; ++i) {
-          const CUdeviceptr old_va = (at_from ? from : to) + i * vmm.page;
-          const CUdeviceptr new_va = (at_from ? to : from) + i * vmm.page;
-          vmm.unmap(old_va);
-          vmm.map(new_va, movers[i]);
-          vmm.set_access(new_va);
-          moves.fetch_add(1, std::memory_order_relaxed);
-        }
-        at_from = !at_from;
-      }
-    };
+    auto mover = [&] { shuttle_chunks(vmm, movers, from, to, at_from, stop, moves); };
     (void)gpu_us();  // warm
     std::vector<double> alone, beside, counts;
     for (int round = 0; round < 3; ++round) {
@@ -440,19 +434,8 @@ int main() {
     const auto start = std::chrono::steady_clock::now();
     for (Lane& lane : lanes) {
       workers.emplace_back([&, lane_ptr = &lane] {
-        Lane& l = *lane_ptr;
-        check(cudaSetDevice(0), "cudaSetDevice (lane)");
-        while (!stop.load(std::memory_order_relaxed)) {
-          for (int i = 0; i < kMovePages; ++i) {
-            const CUdeviceptr old_va = (l.at_from ? l.from : l.to) + i * vmm.page;
-            const CUdeviceptr new_va = (l.at_from ? l.to : l.from) + i * vmm.page;
-            vmm.unmap(old_va);
-            vmm.map(new_va, l.chunks[i]);
-            vmm.set_access(new_va);
-            moves.fetch_add(1, std::memory_order_relaxed);
-          }
-          l.at_from = !l.at_from;
-        }
+        shuttle_chunks(vmm, lane_ptr->chunks, lane_ptr->from, lane_ptr->to, lane_ptr->at_from, stop,
+                       moves);
       });
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
