@@ -117,6 +117,18 @@ struct Vmm {
     }
   }
   void unmap(CUdeviceptr va) const { check(cuMemUnmap(va, page), "cuMemUnmap"); }
+  // `count` new chunks mapped (and accessible) in a first range, with a second range of the same
+  // size reserved beside it: what the move loops shuttle between.
+  struct TwoRanges {
+    std::vector<CUmemGenericAllocationHandle> chunks;
+    CUdeviceptr first = 0;
+    CUdeviceptr second = 0;
+  };
+  TwoRanges chunks_in_two_ranges(int count) {
+    TwoRanges made{create_many(count), reserve(count), reserve(count)};
+    map_each(made.first, made.chunks);
+    return made;
+  }
 };
 
 // Moves every chunk of `chunks` from one of two ranges to the other (unmap, map, set access),
@@ -288,10 +300,10 @@ int main() {
   {
     constexpr int kLaunches = 20000;
     constexpr int kMovePages = 8;
-    const std::vector<CUmemGenericAllocationHandle> movers = vmm.create_many(kMovePages);
-    const CUdeviceptr from = vmm.reserve(kMovePages);
-    const CUdeviceptr to = vmm.reserve(kMovePages);
-    vmm.map_each(from, movers);
+    const Vmm::TwoRanges ranges = vmm.chunks_in_two_ranges(kMovePages);
+    const std::vector<CUmemGenericAllocationHandle>& movers = ranges.chunks;
+    const CUdeviceptr from = ranges.first;
+    const CUdeviceptr to = ranges.second;
     auto launches = [&] {
       return micros([&] {
         for (int i = 0; i < kLaunches; ++i) spin_kernel<<<1, 1, 0, other>>>(0);
@@ -352,10 +364,10 @@ int main() {
       check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
       return 1000.0 * ms;
     };
-    const std::vector<CUmemGenericAllocationHandle> movers = vmm.create_many(kMovePages);
-    const CUdeviceptr from = vmm.reserve(kMovePages);
-    const CUdeviceptr to = vmm.reserve(kMovePages);
-    vmm.map_each(from, movers);
+    const Vmm::TwoRanges ranges = vmm.chunks_in_two_ranges(kMovePages);
+    const std::vector<CUmemGenericAllocationHandle>& movers = ranges.chunks;
+    const CUdeviceptr from = ranges.first;
+    const CUdeviceptr to = ranges.second;
     std::atomic<bool> stop{false};
     std::atomic<long> moves{0};
     bool at_from = true;
@@ -423,10 +435,10 @@ int main() {
     };
     std::vector<Lane> lanes(threads);
     for (Lane& lane : lanes) {
-      lane.chunks = vmm.create_many(kMovePages);
-      lane.from = vmm.reserve(kMovePages);
-      lane.to = vmm.reserve(kMovePages);
-      vmm.map_each(lane.from, lane.chunks);
+      Vmm::TwoRanges ranges = vmm.chunks_in_two_ranges(kMovePages);
+      lane.chunks = std::move(ranges.chunks);
+      lane.from = ranges.first;
+      lane.to = ranges.second;
     }
     std::atomic<bool> stop{false};
     std::atomic<long> moves{0};
@@ -459,10 +471,10 @@ int main() {
     constexpr int kChunks = 8;
     constexpr int kAllocations = 2000;
     constexpr int kKernelsPerAllocation = 16;
-    const std::vector<CUmemGenericAllocationHandle> chunks = vmm.create_many(kChunks);
-    const CUdeviceptr range_a = vmm.reserve(kChunks);
-    const CUdeviceptr range_b = vmm.reserve(kChunks);
-    vmm.map_each(range_a, chunks);
+    const Vmm::TwoRanges ranges = vmm.chunks_in_two_ranges(kChunks);
+    const std::vector<CUmemGenericAllocationHandle>& chunks = ranges.chunks;
+    const CUdeviceptr range_a = ranges.first;
+    const CUdeviceptr range_b = ranges.second;
     check(cudaMemset(reinterpret_cast<void*>(range_a), 0, kChunks * vmm.page), "cudaMemset");
     check(cudaDeviceSynchronize(), "sync");
     unsigned* counter_host = nullptr;
