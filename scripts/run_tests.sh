@@ -163,8 +163,12 @@ echo "=== build-tsan: meson setup ${tsan_args[*]} (compiled in the background wh
 PHASE_SUITE=concurrent background_build build-tsan -- "${tsan_args[@]}"
 # Tests in pure Python (suite python_only: nothing of the sanitized build runs in them) run in
 # the release phase only.
+# The ASan phase is on the critical path (723 s in all at 56b8ec8, 2026-12-03, with its tests
+# 149 s): its fault-injection run and the two multi-threaded stress tests (ThreadSanitizer's
+# business, run in full there) take a quarter of the operations they take in the release build.
 if report_build build-asan; then
-  VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized \
+  VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized VRAMLEDGER_FAULT_OPS=25000 \
+  VRAMLEDGER_CONCURRENT_OPS=5000 VRAMLEDGER_STREAM_LOCKS_OPS=5000 \
     test_phase build-asan "--no-suite python_only --timeout-multiplier 4"
 fi
 wait "$background_pid"
