@@ -7,13 +7,18 @@
 // kernel never touches. A call that takes about as long as the spin waited for it.
 //
 // It also checks that one physical allocation can be mapped at two addresses at once (what a
-// "map at the new address first, unmap the old one later" move needs), and whether a kernel
-// launched right after an unmap starts late. Last (2026-12-03, not yet run on the H200): whether
-// page moves made on a helper thread slow kernel launches on the allocating thread, and the
-// other way round, which decides whether moves can leave the allocating thread (issue 14,
-// bench/results/2026-12-03-replay-layout-union-and-donors.md). Since session 17: whether moves
-// stall the GPU's own work (a GPU-bound queue timed by events, with moves on another thread and
-// on the launching thread).
+// "map at the new address first, unmap the old one later" move needs), whether a kernel launched
+// right after an unmap starts late, and whether page moves made on a helper thread slow kernel
+// launches on the allocating thread (they do not: unmap_in_background, 2026-12-03). Added in
+// session 17 (results: bench/results/gpu/2026-12-03-h200-session-17.md):
+//  * whether moves stall the GPU's own work (a GPU-bound queue timed by events, with moves on
+//    another thread and on the launching thread): they do not;
+//  * whether moves on several threads run side by side in the driver: they do not;
+//  * a launch-bound thread moving a chunk per allocation, inline or on a helper while the stream
+//    waits on a host counter (cuStreamWaitValue32): the helper saves most of the moves' time for
+//    kernels, but under torch this cannot be used, since cudaMemsetAsync and cudaMemcpyAsync
+//    refuse an address not yet mapped and accessible when queued (access_probe.cu beside this
+//    file; docs/design.md 3.1).
 //
 // Build: nvcc -O2 -std=c++17 -o vmm_sync_probe vmm_sync_probe.cu -lcuda
 // Prints one line per call: the call, µs idle, µs while the GPU spins, and "WAITS" when the busy
@@ -459,7 +464,7 @@ int main() {
                 threads, moves.load() / seconds, 1e6 * seconds * threads / std::max<long>(moves.load(), 1));
   }
   // Maps off the allocating thread, the stream waiting for them on the GPU (issue 14,
-  // docs/design.md 3.1). An allocating thread that is the bottleneck (small kernels: launching
+  // docs/design.md 3.1; holds for kernels only: see access_probe.cu). An allocating thread that is the bottleneck (small kernels: launching
   // them takes longer than running them) moves a chunk for each "allocation" and launches 16
   // kernels that write into it. Inline: it moves the chunk itself, then launches. Helper: it
   // hands the move to a helper thread, enqueues cuStreamWaitValue32 (GEQ) on a host-mapped
