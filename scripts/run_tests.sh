@@ -164,11 +164,15 @@ PHASE_SUITE=concurrent background_build build-tsan -- "${tsan_args[@]}"
 # Tests in pure Python (suite python_only: nothing of the sanitized build runs in them) run in
 # the release phase only.
 # The ASan phase is on the critical path (723 s in all at 56b8ec8, 2026-12-03, with its tests
-# 149 s): its fault-injection run and the two multi-threaded stress tests (ThreadSanitizer's
-# business, run in full there) take a quarter of the operations they take in the release build.
+# 149 s): its fault-injection run and the four multi-threaded stress tests (ThreadSanitizer's
+# business, run in full there) take a quarter of the operations they take in the release build
+# (the front cache's and the stream lanes' since 2026-12-03 too: 12.2 and 6.8 s of the 133 s at
+# 858d4cd, 3.6 and 2.6 s with a quarter), and corpus_replay leaves its figure-only replays to
+# the release build (tests/policy/test_corpus_replay.cpp: 51 s alone at -O0, 78 s in the phase).
 if report_build build-asan; then
   VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized VRAMLEDGER_FAULT_OPS=25000 \
   VRAMLEDGER_CONCURRENT_OPS=5000 VRAMLEDGER_STREAM_LOCKS_OPS=5000 \
+  VRAMLEDGER_FRONT_CACHE_OPS=5000 VRAMLEDGER_STREAM_LANES_OPS=5000 \
     test_phase build-asan "--no-suite python_only --timeout-multiplier 4"
 fi
 wait "$background_pid"

@@ -89,7 +89,10 @@ ReplayResult replay(const WorkloadTrace& trace, bool paged, ConsistencyReport* c
 
 TEST(CorpusReplay, CorpusIsThere) { EXPECT_GE(corpus_traces().size(), 6u); }
 
+// Under the sanitizers this lag-0 replay is left to the release build: the default
+// configuration's replay below takes the same heap through the lagging GPU's paths too.
 TEST(CorpusReplay, PagedHeapStaysWithinTwoPercentOfPeakRequested) {
+  if (kSanitized) GTEST_SKIP() << "the release build replays the corpus at lag 0";
   for (const std::string& path : corpus_traces()) {
     SCOPED_TRACE(path);
     const WorkloadTrace trace = read_workload_trace(path);
@@ -147,12 +150,17 @@ TEST(CorpusReplay, AliasingKeepsThePagedHeapNearPeakUnderALaggingGpu) {
     SCOPED_TRACE(path);
     const WorkloadTrace trace = read_workload_trace(path);
     ConsistencyReport consistency;
-    const ReplayResult lagging = replay(trace, true, &consistency, 100);
     const ReplayResult aliasing = replay(trace, true, &consistency, 100, /*alias=*/true);
     EXPECT_TRUE(consistency.ok()) << consistency.to_string();
     EXPECT_EQ(aliasing.out_of_memory, 0u);
     EXPECT_EQ(static_cast<std::size_t>(aliasing.peak_requested_bytes), trace.peak_requested_bytes);
-    EXPECT_LE(aliasing.overhead_ratio, lagging.overhead_ratio);
+    // The comparison with the same replay without aliasing is a figure, not a memory-safety
+    // check: the sanitized builds leave that replay (half this test's time) to the release build.
+    if (!kSanitized) {
+      const ReplayResult lagging = replay(trace, true, &consistency, 100);
+      EXPECT_TRUE(consistency.ok()) << consistency.to_string();
+      EXPECT_LE(aliasing.overhead_ratio, lagging.overhead_ratio);
+    }
     if (trace.stream_handles.size() == 1) {
       EXPECT_LE(aliasing.overhead_ratio, 1.025);
     }
