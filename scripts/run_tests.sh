@@ -169,6 +169,10 @@ PHASE_SUITE=concurrent background_build build-tsan -- "${tsan_args[@]}"
 # (the front cache's and the stream lanes' since 2026-12-03 too: 12.2 and 6.8 s of the 133 s at
 # 858d4cd, 3.6 and 2.6 s with a quarter), and corpus_replay leaves its figure-only replays to
 # the release build (tests/policy/test_corpus_replay.cpp: 51 s alone at -O0, 78 s in the phase).
+# With those, the test command took 689 s at ea1ed9e (2026-12-03, a reused clone) = release
+# build 249 + ASan build 280 (beside the release tests) + TSan build 122 (beside the ASan tests,
+# 108) + TSan tests ~31; since, the test sources compile without UBSan's null and alignment
+# checks (tests/meson.build: the ASan build 191 -> 153 s alone).
 if report_build build-asan; then
   VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized VRAMLEDGER_FAULT_OPS=25000 \
   VRAMLEDGER_CONCURRENT_OPS=5000 VRAMLEDGER_STREAM_LOCKS_OPS=5000 \
