@@ -146,13 +146,21 @@ def child_main(args) -> int:
     key = args.shape_key
     largest = max(shape.get(key, 0) for shape in schedule)
     timed_ms: List[float] = []
+    every_step: List[Dict[str, Any]] = []   # each step of the first pass: time, driver calls
     for index, shape in enumerate(schedule):
+        before = driver_calls(vramledger) if vramledger is not None else None
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         workload.step(torch, state, shape)
         torch.cuda.synchronize()
+        milliseconds = 1e3 * (time.perf_counter() - t0)
+        step = {"shape": shape, "ms": milliseconds}
+        if before is not None:
+            step["maps"], step["unmaps"], step["device_allocs"] = (
+                a - b for a, b in zip(driver_calls(vramledger), before))
+        every_step.append(step)
         if index >= args.warmup and shape.get(key, 0) == largest:
-            timed_ms.append(1e3 * (time.perf_counter() - t0))
+            timed_ms.append(milliseconds)
     # The profiled steps in their places: a second pass over the schedule after the warm-up,
     # profiling its first largest steps (each after the smaller step before it, as when timed,
     # so that the moves a largest step makes are in its profile).
@@ -181,7 +189,7 @@ def child_main(args) -> int:
                                                (a - b for a, b in zip(after, before))))
         profiled.append(figures)
     result = {"allocator": args.child, "workload": args.workload, "shape": {key: largest},
-              "unprofiled_step_ms": timed_ms, "profiled": profiled,
+              "unprofiled_step_ms": timed_ms, "steps": every_step, "profiled": profiled,
               "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
     common.write_json_atomic(Path(args.result_file), result)
     return 0
@@ -189,6 +197,27 @@ def child_main(args) -> int:
 
 # --------------------------------------------------------------------------------------------
 # Parent: the runs, one after another, and their table
+
+def step_table(runs: Sequence[Dict[str, Any]]) -> List[str]:
+    """One row per step of the schedule, one column per run: its time (and its maps)."""
+    ok = [(number, run) for number, run in enumerate(runs, 1) if not run.get("error")]
+    if not ok:
+        return []
+    lines = ["| step | shape | " + " | ".join(f"{n} {run['allocator']}" for n, run in ok) + " |",
+             "|---|---|" + "---|" * len(ok)]
+    for index, first in enumerate(ok[0][1].get("steps", [])):
+        cells = []
+        for _, run in ok:
+            step = run["steps"][index] if index < len(run.get("steps", [])) else None
+            if step is None:
+                cells.append("")
+                continue
+            maps = f" ({step['maps']})" if "maps" in step else ""
+            cells.append(f"{step['ms']:.1f}{maps}")
+        shape = ",".join(f"{k}={v}" for k, v in first["shape"].items())
+        lines.append(f"| {index} | {shape} | " + " | ".join(cells) + " |")
+    return lines
+
 
 def render(runs: Sequence[Dict[str, Any]], top: int = 6) -> str:
     lines = ["| run | allocator | unprofiled step ms (median) | wall ms | GPU busy ms | GPU idle ms "
@@ -208,6 +237,8 @@ def render(runs: Sequence[Dict[str, Any]], top: int = 6) -> str:
                 f"| {number} | {run['allocator']} | {common.fmt_optional(median, '.1f')} "
                 f"| {figures['wall_us'] / 1e3:.1f} | {figures['busy_us'] / 1e3:.1f} "
                 f"| {figures['idle_us'] / 1e3:.1f} | {figures['gaps']} | {calls_text} |")
+    lines += ["", "Every step of the first pass (unprofiled): ms, and maps under vramledger:", ""]
+    lines += step_table(runs)
     lines += ["", "GPU idle in gaps by the CPU operator running at the gap's middle (first "
               "profiled step of each run, top operators):", ""]
     for number, run in enumerate(runs, 1):
