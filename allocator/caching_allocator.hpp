@@ -63,6 +63,10 @@ struct BlockCensus {
   std::int64_t unmaps_in_background = 0;
   std::int64_t unmaps_on_demand = 0;
   std::int64_t unmaps_pending = 0;  // handed to the helper, not yet run (or still running)
+  // Times the allocator stopped its calling thread until the GPU had run queued work (a fence
+  // event or the whole device): the GPU's queue runs dry meanwhile. Allocations avoid it; a
+  // release, empty_cache, sleep or a device short of memory may need it.
+  std::int64_t host_waits = 0;
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;

@@ -66,6 +66,7 @@ class DeviceAllocators {
   bool is_simulated() const { return backend_->info().name == "simulated"; }
   TorchHistory& history() { return history_; }
   MemoryPool& default_pool() { return *default_pool_; }
+  const MemoryPool& default_pool() const { return *default_pool_; }
 
   // The pool an allocation on `stream` belongs to, with its live_blocks already raised (the
   // caller lowers it again if the allocation fails).

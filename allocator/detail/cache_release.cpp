@@ -15,7 +15,7 @@ inline void CachingAllocator::Impl::empty_cache() {
 inline void CachingAllocator::Impl::release_stream(StreamHandle stream) {
   std::lock_guard lock(mutex_);
   flush_front_caches_locked(&stream);
-  throw_if_error(backend_.synchronize_device(), "release_stream: synchronizing the device");
+  throw_if_error(wait_for_device(), "release_stream: synchronizing the device");
   // Uses on the released stream are complete now; forget them.
   live_.for_each([&](Block* block) {
     auto& uses = block->stream_uses;
@@ -145,7 +145,7 @@ inline void CachingAllocator::Impl::trim_free_physical(std::size_t keep_bytes) {
 // Best effort at destruction: the device may already be gone, so errors are ignored. Ranges
 // that still hold live blocks are left alone: their memory belongs to whoever holds them.
 inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
-  (void)backend_.synchronize_device();
+  (void)wait_for_device();
   for (auto& heaps : streams_) {
     for (const auto& r : heaps->retiring) {
       if (r.job != nullptr) {

@@ -142,6 +142,7 @@ inline BlockCensus CachingAllocator::Impl::census() const {
   census.unmaps_in_background = static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
   census.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());
   census.unmaps_pending = static_cast<std::int64_t>(background_unmaps_.pending());
+  census.host_waits = static_cast<std::int64_t>(host_waits_.load(std::memory_order_relaxed));
   census.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;

@@ -4,6 +4,18 @@
 
 namespace vramledger {
 
+// The thread stops until the GPU has run the work queued before `event` (or all queued work):
+// the GPU's queue runs dry meanwhile, which an allocation avoids wherever it can.
+inline Status CachingAllocator::Impl::wait_for_gpu_event(EventHandle event) {
+  host_waits_.fetch_add(1, std::memory_order_relaxed);
+  return backend_.synchronize_event(event);
+}
+
+inline Status CachingAllocator::Impl::wait_for_device() {
+  host_waits_.fetch_add(1, std::memory_order_relaxed);
+  return backend_.synchronize_device();
+}
+
 inline void CachingAllocator::Impl::poll_fences(StreamHeaps& heaps) {
   while (!heaps.outstanding_fences.empty()) {
     auto [event, sequence] = heaps.outstanding_fences.front();
@@ -24,7 +36,7 @@ inline void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
   if (!status) {
     // The stream is gone (or broken): the only proof left is an idle device.
     spare_events_.push_back(event);
-    throw_if_error(backend_.synchronize_device(),
+    throw_if_error(wait_for_device(),
                    "synchronizing the device after recording a fence failed (" +
                        status.message() + ")");
     mark_all_frees_idle(heaps);
@@ -38,7 +50,7 @@ inline void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
 inline void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
   while (heaps.completed_fence < sequence && !heaps.outstanding_fences.empty()) {
     auto [event, fence] = heaps.outstanding_fences.front();
-    throw_if_error(backend_.synchronize_event(event), "waiting for a fence event");
+    throw_if_error(wait_for_gpu_event(event), "waiting for a fence event");
     heaps.completed_fence = fence;
     spare_events_.push_back(event);
     heaps.outstanding_fences.pop_front();

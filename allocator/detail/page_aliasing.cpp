@@ -112,10 +112,9 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
 inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
   const StreamHeaps::RetiringMapping r = heaps.retiring[index];
   if (r.fence > heaps.completed_fence) {
-    ++alias_waits_;
     wait_for_fence(heaps, r.fence);
     if (r.fence > heaps.completed_fence) {
-      throw_if_error(backend_.synchronize_device(), "waiting for aliased pages");
+      throw_if_error(wait_for_device(), "waiting for aliased pages");
       mark_all_frees_idle(heaps);
     }
   }

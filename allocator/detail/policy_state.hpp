@@ -344,6 +344,9 @@ class CachingAllocator::Impl {
   // ---- fences (detail/fences.cpp)
 
   void poll_fences(StreamHeaps& heaps);
+  // Every wait of the calling thread for the GPU goes through these two (counted in host_waits_).
+  Status wait_for_gpu_event(EventHandle event);
+  Status wait_for_device();
   void issue_fence(StreamHeaps& heaps);
   void wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence);
   void mark_all_frees_idle(StreamHeaps& heaps);
@@ -489,7 +492,9 @@ class CachingAllocator::Impl {
     std::atomic<std::size_t> bytes{0};
   };
   SpareRoom active_spare_;
-  std::uint64_t alias_waits_ = 0;  // allocations that waited for an aliased old address
+  // Times the calling thread blocked until the GPU finished queued work (wait_for_gpu_event,
+  // wait_for_device): BlockCensus::host_waits. Atomic: read by census() without the waits' lock.
+  std::atomic<std::uint64_t> host_waits_{0};
   std::size_t retiring_mappings_ = 0;  // over every stream's `retiring`
   // Unmaps of retiring old addresses, run off the allocating thread: unmap_in_background, on a
   // backend that allows a second mapping of the same memory.

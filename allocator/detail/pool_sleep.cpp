@@ -77,7 +77,7 @@ inline SleepResult CachingAllocator::Impl::sleep_pool(bool offload) {
     refuse(ErrorCode::kInvalidArgument, "a CUDA graph capture is underway");
   }
   // Every kernel queued so far (a replay) may touch the segments: done before memory goes.
-  throw_if_error(backend_.synchronize_device(), "waiting for the device before sleeping");
+  throw_if_error(wait_for_device(), "waiting for the device before sleeping");
   if (!pending_.empty()) process_completed_frees_locked();
   std::vector<AddressRange*> ranges;
   SleepingTag asleep;
@@ -101,7 +101,7 @@ inline SleepResult CachingAllocator::Impl::sleep_pool(bool offload) {
   if (offload) {  // first: until the copies are done, nothing has changed
     try {
       result.offloaded_bytes = copy_out_to_host(asleep);
-      throw_if_error(backend_.synchronize_device(), "waiting for the offload copies");
+      throw_if_error(wait_for_device(), "waiting for the offload copies");
     } catch (...) {
       if (asleep.host.data != nullptr) spare_host_.push_back(asleep.host);
       throw;
@@ -183,7 +183,7 @@ inline SleepResult CachingAllocator::Impl::wake_pool() {
       ++restored;
     }
     result.offloaded_bytes += copy_back_offloaded(pool_sleep_);
-    throw_if_error(backend_.synchronize_device(), "waiting for the restoring copies");
+    throw_if_error(wait_for_device(), "waiting for the restoring copies");
   } catch (const std::exception& error) {
     // What this call mapped goes back: the pool stays asleep with its host copy.
     std::string undo_failure;

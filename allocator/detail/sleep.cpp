@@ -202,7 +202,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
     refuse("a CUDA graph capture is underway (sleep after the capture has ended)");
   }
   // Every kernel queued so far may touch the blocks: they must be done before pages go.
-  throw_if_error(backend_.synchronize_device(), "waiting for the device before sleeping");
+  throw_if_error(wait_for_device(), "waiting for the device before sleeping");
   if (!pending_.empty()) process_completed_frees_locked();
   const std::vector<Block*> blocks = blocks_to_sleep(tags);
 
@@ -219,7 +219,7 @@ inline SleepResult CachingAllocator::Impl::sleep(std::span<const TagId> tags,
   };
   try {
     for (TagId tag : offload) result.offloaded_bytes += copy_out_to_host(asleep[tag]);
-    throw_if_error(backend_.synchronize_device(), "waiting for the offload copies");
+    throw_if_error(wait_for_device(), "waiting for the offload copies");
   } catch (...) {
     give_back_host();
     throw;
@@ -334,7 +334,7 @@ inline SleepResult CachingAllocator::Impl::wake(std::span<const TagId> requested
       map_sleeping_blocks(blocks);
     }
     for (TagId tag : tags) result.offloaded_bytes += copy_back_offloaded(sleeping_tags_.at(tag));
-    throw_if_error(backend_.synchronize_device(), "waiting for the restoring copies");
+    throw_if_error(wait_for_device(), "waiting for the restoring copies");
   } catch (const std::exception& error) {
     undo(error);
   }

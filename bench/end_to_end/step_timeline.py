@@ -120,9 +120,15 @@ def profiled_window(events: Sequence[Dict[str, Any]]) -> Tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 # Child: one allocator, one fresh process
 
+CALL_NAMES = ("maps", "unmaps", "device_allocs", "host_waits")
+
+
 def driver_calls(vramledger) -> List[int]:
+    """Maps, unmaps, physical allocations, and the allocator's waits for the GPU (each one lets
+    the GPU's queue run dry: BlockCensus::host_waits) so far."""
     stats = vramledger.stats()
-    return [int(stats.get(key) or 0) for key in ("num_maps", "num_unmaps", "num_device_alloc")]
+    return [int(stats.get(key) or 0) for key in ("num_maps", "num_unmaps", "num_device_alloc")] + [
+        int((stats.get("policy") or {}).get("host_waits") or 0)]
 
 
 def child_main(args) -> int:
@@ -156,8 +162,7 @@ def child_main(args) -> int:
         milliseconds = 1e3 * (time.perf_counter() - t0)
         step = {"shape": shape, "ms": milliseconds}
         if before is not None:
-            step["maps"], step["unmaps"], step["device_allocs"] = (
-                a - b for a, b in zip(driver_calls(vramledger), before))
+            step.update(zip(CALL_NAMES, (a - b for a, b in zip(driver_calls(vramledger), before))))
         every_step.append(step)
         if index >= args.warmup and shape.get(key, 0) == largest:
             timed_ms.append(milliseconds)
@@ -185,8 +190,7 @@ def child_main(args) -> int:
         figures["after_shape"] = schedule[index - 1]
         if before is not None:
             after = driver_calls(vramledger)
-            figures["driver_calls"] = dict(zip(("maps", "unmaps", "device_allocs"),
-                                               (a - b for a, b in zip(after, before))))
+            figures["driver_calls"] = dict(zip(CALL_NAMES, (a - b for a, b in zip(after, before))))
         profiled.append(figures)
     result = {"allocator": args.child, "workload": args.workload, "shape": {key: largest},
               "unprofiled_step_ms": timed_ms, "steps": every_step, "profiled": profiled,
@@ -212,7 +216,8 @@ def step_table(runs: Sequence[Dict[str, Any]]) -> List[str]:
             if step is None:
                 cells.append("")
                 continue
-            maps = f" ({step['maps']})" if "maps" in step else ""
+            maps = (f" ({step['maps']}" + (f", {step['host_waits']}w" if step.get("host_waits")
+                                           else "") + ")") if "maps" in step else ""
             cells.append(f"{step['ms']:.1f}{maps}")
         shape = ",".join(f"{k}={v}" for k, v in first["shape"].items())
         lines.append(f"| {index} | {shape} | " + " | ".join(cells) + " |")
@@ -221,7 +226,7 @@ def step_table(runs: Sequence[Dict[str, Any]]) -> List[str]:
 
 def render(runs: Sequence[Dict[str, Any]], top: int = 6) -> str:
     lines = ["| run | allocator | unprofiled step ms (median) | wall ms | GPU busy ms | GPU idle ms "
-             "| gaps | driver calls (maps/unmaps/allocs) |",
+             "| gaps | driver calls (maps/unmaps/allocs), host waits |",
              "|---|---|---|---|---|---|---|---|"]
     for number, run in enumerate(runs, 1):
         if run.get("error"):
@@ -232,12 +237,13 @@ def render(runs: Sequence[Dict[str, Any]], top: int = 6) -> str:
         for figures in run["profiled"]:
             calls = figures.get("driver_calls")
             calls_text = ("/".join(str(calls[k]) for k in ("maps", "unmaps", "device_allocs"))
-                          if calls else "-")
+                          + f", {calls.get('host_waits', '?')}" if calls else "-")
             lines.append(
                 f"| {number} | {run['allocator']} | {common.fmt_optional(median, '.1f')} "
                 f"| {figures['wall_us'] / 1e3:.1f} | {figures['busy_us'] / 1e3:.1f} "
                 f"| {figures['idle_us'] / 1e3:.1f} | {figures['gaps']} | {calls_text} |")
-    lines += ["", "Every step of the first pass (unprofiled): ms, and maps under vramledger:", ""]
+    lines += ["", "Every step of the first pass (unprofiled): ms, and under vramledger (maps, and "
+              "host waits as Nw when there were any):", ""]
     lines += step_table(runs)
     lines += ["", "GPU idle in gaps by the CPU operator running at the gap's middle (first "
               "profiled step of each run, top operators):", ""]

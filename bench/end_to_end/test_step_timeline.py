@@ -68,9 +68,9 @@ def test_step_table_has_a_row_per_step_and_the_maps_of_vramledger_runs():
                                               {"shape": {"batch": 96}, "ms": 50.0}]},
             {"allocator": "vramledger", "steps": [{"shape": {"batch": 16}, "ms": 11.0, "maps": 0},
                                                   {"shape": {"batch": 96}, "ms": 55.5,
-                                                   "maps": 40}]},
+                                                   "maps": 40, "host_waits": 2}]},
             {"allocator": "vramledger", "error": "exit 1"}]
     lines = st.step_table(runs)
     assert lines[0] == "| step | shape | 1 native | 2 vramledger |"
     assert lines[2] == "| 0 | batch=16 | 10.0 | 11.0 (0) |"
-    assert lines[3] == "| 1 | batch=96 | 50.0 | 55.5 (40) |"
+    assert lines[3] == "| 1 | batch=96 | 50.0 | 55.5 (40, 2w) |"

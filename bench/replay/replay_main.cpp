@@ -121,10 +121,11 @@ int run(const Options& options) {
         for (std::uint64_t calls : result.calls_by_tenth) {
           std::printf(" %llu", static_cast<unsigned long long>(calls));
         }
-        std::printf("\n%-20s   steady: %llu creates, %llu maps, %llu unmaps\n", "",
-                    static_cast<unsigned long long>(result.steady_device_allocations),
+        std::printf("\n%-20s   steady: %llu creates, %llu maps, %llu unmaps; host waits: %llu\n",
+                    "", static_cast<unsigned long long>(result.steady_device_allocations),
                     static_cast<unsigned long long>(result.steady_maps),
-                    static_cast<unsigned long long>(result.steady_unmaps));
+                    static_cast<unsigned long long>(result.steady_unmaps),
+                    static_cast<unsigned long long>(result.host_waits));
       }
       if (static_cast<std::size_t>(result.peak_requested_bytes) != trace.peak_requested_bytes &&
           result.out_of_memory == 0) {

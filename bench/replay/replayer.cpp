@@ -93,6 +93,7 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
   result.device_frees = static_cast<std::uint64_t>(counters.num_device_free);
   result.maps = static_cast<std::uint64_t>(counters.num_maps);
   result.unmaps = static_cast<std::uint64_t>(counters.num_unmaps);
+  result.host_waits = static_cast<std::uint64_t>(allocator.census().host_waits);
   return result;
 }
 

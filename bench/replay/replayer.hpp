@@ -32,6 +32,9 @@ struct ReplayResult {
   std::uint64_t steady_device_allocations = 0;
   std::uint64_t steady_maps = 0;
   std::uint64_t steady_unmaps = 0;
+  // Times the allocator stopped the replaying thread until the (simulated) GPU caught up
+  // (BlockCensus::host_waits): on a GPU, each one lets the queue run dry.
+  std::uint64_t host_waits = 0;
   // Driver calls (creates, maps, unmaps) made in each tenth of the trace's operations.
   std::uint64_t calls_by_tenth[10] = {};
   double seconds = 0;                     // wall time of the replay loop

@@ -826,6 +826,48 @@ TEST(PagedHeapAliasing, PendingOwnPagesServeANewAddressWithoutGrowing) {
   }
 }
 
+// BlockCensus::host_waits counts each time the allocator stopped the calling thread until the GPU
+// caught up: none while a stream reuses its own pending frees (stream order), one per wait when
+// empty_cache must wait for queued work. Checked against the device's own count of the calls.
+TEST(PagedHeapHostWaits, CountEveryWaitOfTheCallingThreadForTheGpu) {
+  for (const bool in_background : {false, true}) {
+    SCOPED_TRACE(in_background ? "unmap_in_background" : "unmaps in place");
+    SimulatedDeviceOptions device_options;
+    device_options.allow_aliased_mappings = true;
+    SimulatedDevice device(device_options);
+    Ledger ledger;
+    AllocatorOptions options;
+    options.unmap_in_background = in_background;
+    CachingAllocator allocator(device, &ledger, options);
+    auto device_waits = [&] {
+      return static_cast<std::int64_t>(device.call_count(SimOp::kSynchronizeEvent) +
+                                        device.call_count(SimOp::kSynchronizeDevice));
+    };
+    const StreamHandle stream = device.create_stream();
+    const DevicePtr small = allocator.allocate(2 * kMiB, stream);
+    const DevicePtr p = allocator.allocate(64 * kMiB, stream);
+    ASSERT_TRUE(device.pause_stream(stream));
+    const EventHandle reads_p = device.enqueue_user_work(stream);
+    allocator.deallocate(p);
+    // Reuse on the same stream, in place and at a larger size (pages aliased or moved): the
+    // GPU still has p's work queued, and nothing waits for it.
+    const DevicePtr q = allocator.allocate(64 * kMiB, stream);
+    allocator.deallocate(q);
+    const DevicePtr r = allocator.allocate(80 * kMiB, stream);
+    EXPECT_FALSE(device.user_work_done(reads_p)) << "an allocation waited for the GPU";
+    EXPECT_EQ(allocator.census().host_waits, 0);
+    EXPECT_EQ(device_waits(), 0);
+    allocator.deallocate(r);
+    allocator.deallocate(small);
+    allocator.empty_cache();  // p's pages cannot go back to the driver before its work ran
+    EXPECT_TRUE(device.user_work_done(reads_p));
+    EXPECT_GT(allocator.census().host_waits, 0);
+    EXPECT_EQ(allocator.census().host_waits, device_waits());
+    ASSERT_TRUE(device.resume_stream(stream));
+    EXPECT_EQ(device.mapped_bytes(), 0u);
+  }
+}
+
 // With the device full, a need for one page is met from idle memory held in larger chunks: the
 // chunk is unmapped, given back to the driver, and a chunk of the right size created.
 TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerOnes) {
