@@ -160,6 +160,15 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
     const Placement place = best_place_in(candidate, size);
     if (place.cost < best.cost) best = place;
   });
+  // Each of them would stop the thread until the GPU has run the work still using an old
+  // address there: the GPU's queue would run dry. Any fit that does not wait is better, however
+  // many pages it must map (the span's unmapped tail always is one).
+  if (best.cost.first) {
+    index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* candidate) {
+      const Placement place = best_place_in(candidate, size);
+      if (place.cost < best.cost) best = place;
+    });
+  }
   return best;
 }
 
