@@ -868,6 +868,47 @@ TEST(PagedHeapHostWaits, CountEveryWaitOfTheCallingThreadForTheGpu) {
   }
 }
 
+// When every close fit by size lies over old addresses whose queued work still runs (aliased
+// pages of freed blocks), the allocation goes to a fit that needs no wait, even one needing more
+// pages: a wait would stop the CPU until the GPU drained its queue (on the H200, ViT training's
+// peak steps ran 10-15 ms slower for it).
+TEST(PagedHeapHostWaits, APlacementDoesNotWaitWhileAFitThatDoesNotExists) {
+  SimulatedDeviceOptions device_options;
+  device_options.allow_aliased_mappings = true;
+  SimulatedDevice device(device_options);
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger, AllocatorOptions{});
+  const StreamHandle stream = device.create_stream();
+  std::vector<DevicePtr> holes, spacers;
+  for (int i = 0; i < 6; ++i) {
+    holes.push_back(allocator.allocate(64 * kMiB, stream));
+    spacers.push_back(allocator.allocate(2 * kMiB, stream));
+  }
+  ASSERT_TRUE(device.pause_stream(stream));
+  const EventHandle reads_holes = device.enqueue_user_work(stream);
+  for (DevicePtr p : holes) allocator.deallocate(p);
+  // Each larger request fits no hole: it goes past them and takes a hole's memory, still in use
+  // by the queued work, at its new address too (alias_pending_pages); the holes' old addresses
+  // stay mapped until that work is done.
+  std::vector<DevicePtr> larger;
+  for (int i = 0; i < 6; ++i) larger.push_back(allocator.allocate(66 * kMiB, stream));
+  ASSERT_EQ(allocator.census().host_waits, 0);
+  // A hole's size again: the six holes are the closest fits, and each would wait.
+  const DevicePtr again = allocator.allocate(64 * kMiB, stream);
+  EXPECT_EQ(allocator.census().host_waits, 0) << "the allocation waited for the GPU";
+  EXPECT_FALSE(device.user_work_done(reads_holes));
+  EXPECT_EQ(std::count(holes.begin(), holes.end(), again), 0);
+  EXPECT_TRUE(device.is_range_accessible(again, 64 * kMiB));
+  const ConsistencyReport report = check_consistency(ledger, allocator.census());
+  EXPECT_TRUE(report.ok()) << report.to_string();
+  ASSERT_TRUE(device.resume_stream(stream));
+  allocator.deallocate(again);
+  for (DevicePtr p : larger) allocator.deallocate(p);
+  for (DevicePtr p : spacers) allocator.deallocate(p);
+  allocator.empty_cache();
+  EXPECT_EQ(device.mapped_bytes(), 0u);
+}
+
 // With the device full, a need for one page is met from idle memory held in larger chunks: the
 // chunk is unmapped, given back to the driver, and a chunk of the right size created.
 TEST(PagedHeapUnderPressure, IdleChunksTooLargeForTheNeedAreExchangedForSmallerOnes) {

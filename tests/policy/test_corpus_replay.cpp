@@ -179,17 +179,21 @@ TEST(CorpusReplay, AliasingKeepsThePagedHeapNearPeakUnderALaggingGpu) {
 // step, as the H200 run did (58-67), and those steps ran 1.14x native's time
 // (bench/results/2026-12-02-replay-peak-step-moves.md). Each trace's sum over the four lags is
 // held to 1.3x its figure at d2e77bb (bench/results/2026-12-02-replay-steady-calls-guard.md): a
-// placement change that moves more pages must say so by raising the ceiling here.
+// placement change that moves more pages must say so by raising the ceiling here. Raised at
+// 07bdbf1 for gpt2_train, gpt2_train.e2e and t5_train (to 1.3x their new figures): a placement no
+// longer makes the thread wait for the GPU when some fit does not, which costs those traces more
+// moves on the replay and saved ViT's peak steps 10-15 ms each on the H200, where every such
+// wait drained the GPU's queue (bench/results/torch/2026-12-03-host-waits-vit.md).
 std::uint64_t steady_call_ceiling(const std::string& path) {
   static const std::map<std::string, std::uint64_t> kCeilings{
       {"gpt2_generate", 2060},
-      {"gpt2_train", 410},
-      {"gpt2_train.e2e", 3040},
+      {"gpt2_train", 800},       // 616 since 07bdbf1 (no placement waits for the GPU)
+      {"gpt2_train.e2e", 4680},  // 3,597 since 07bdbf1
       {"llama_train", 3030},
       {"llama_train.e2e", 9990},
       {"resnet50_train", 550},
       {"segmentation_train", 1140},
-      {"t5_train", 1420},
+      {"t5_train", 2110},        // 1,620 since 07bdbf1
       {"t5_train.e2e", 1570},
       {"two_stream", 14490},
       {"two_stream_train.e2e", 2230},
