@@ -151,12 +151,15 @@ def vramledger_key_figures(vramledger) -> Dict[str, Any]:
     return figures
 
 
-def driver_calls(vramledger) -> Tuple[int, int, int]:
+def driver_calls(vramledger) -> Tuple[int, int, int, int]:
     """Maps, unmaps and physical allocations so far: their change over the timed steps is the
-    driver calls per step that the figures are paid with (~30 us per map on the H200)."""
+    driver calls per step that the figures are paid with (~30 us per map on the H200); then the
+    allocator's waits for the GPU (BlockCensus::host_waits: each lets the GPU's queue run dry,
+    ~10-15 ms of a ViT step on the H200)."""
     stats = vramledger.stats()
     return (int(stats.get("num_maps") or 0), int(stats.get("num_unmaps") or 0),
-            int(stats.get("num_device_alloc") or 0))
+            int(stats.get("num_device_alloc") or 0),
+            int((stats.get("policy") or {}).get("host_waits") or 0))
 
 
 def profile_gpu_time(torch, workload, state, shapes) -> Dict[str, Any]:
@@ -235,7 +238,9 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
             torch.cuda.synchronize()
             step_seconds.append(time.perf_counter() - t0)
             # Outside the timed region: where reserved memory and driver calls moved, step by
-            # step (tells growth inside the timed steps from memory released and made again).
+            # step (tells growth inside the timed steps from memory released and made again);
+            # under vramledger the running totals of maps, unmaps, physical allocations and
+            # host waits.
             per_step.append([torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()]
                             + (list(driver_calls(vramledger)) if vramledger is not None else []))
         finished = time.perf_counter()
@@ -277,7 +282,8 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
                     now = driver_calls(vramledger)
                     result["vramledger_stats"]["per_timed_step"] = {
                         name: (now[i] - calls_after_warmup[i]) / timed
-                        for i, name in enumerate(("maps", "unmaps", "device_allocs"))}
+                        for i, name in enumerate(("maps", "unmaps", "device_allocs",
+                                                  "host_waits"))}
             except Exception as error:  # noqa: BLE001 -- figures for the record only
                 result["vramledger_stats"] = {"error": repr(error)}
         result["child_total_s"] = time.perf_counter() - started

@@ -268,7 +268,9 @@ def parent_main(args) -> int:
                    "--warmup", str(args.warmup), "--seed", str(args.seed),
                    "--profiled-steps", str(args.profiled_steps), "--gap-us", str(args.gap_us),
                    "--shape-key", args.shape_key, "--result-file", str(result_file)]
-        env = dict(os.environ, **ALLOCATORS[name].env)
+        # compare_allocators' child environment (determinism settings included: cuBLAS's
+        # workspace setting changes the kernels), so that the two tools time the same steps.
+        env = common.child_environment(ALLOCATORS[name].env)
         with open(out / f"run{number}.{name}.log", "w") as log:
             status = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     timeout=args.timeout_s).returncode
