@@ -172,7 +172,9 @@ PHASE_SUITE=concurrent background_build build-tsan -- "${tsan_args[@]}"
 # With those, the test command took 689 s at ea1ed9e (2026-12-03, a reused clone) = release
 # build 249 + ASan build 280 (beside the release tests) + TSan build 122 (beside the ASan tests,
 # 108) + TSan tests ~31; since, the test sources compile without UBSan's null and alignment
-# checks (tests/meson.build: the ASan build 191 -> 153 s alone).
+# checks (tests/meson.build: the ASan build 191 -> 153 s alone): 614 s in a clean-clone CI run at
+# fd4691c = release build 262 + ASan build 203 + ASan tests 96 (TSan build 107 meanwhile) + TSan
+# tests 42.
 if report_build build-asan; then
   VRAMLEDGER_STRESS_OPS=$stress_ops_sanitized VRAMLEDGER_FAULT_OPS=25000 \
   VRAMLEDGER_CONCURRENT_OPS=5000 VRAMLEDGER_STREAM_LOCKS_OPS=5000 \
