@@ -13,7 +13,8 @@ time of the profiled extra steps against native's (compare_allocators --profile-
 time puts a slower step on the CPU side), with the A/A control `native-again` also each step
 against the mean of the two natives (they ran before and after: ABA), and the
 driver calls vramledger made per step in the steady state (steps that did not raise peak reserved;
-from the `per_step` record). A verdict column holds each allocator to the issue's goals: every
+from the `per_step` record), and vramledger's waits for the GPU per timed step (each lets the
+GPU's queue run dry). A verdict column holds each allocator to the issue's goals: every
 ratio <= --max-ratio (1.02) with a spread <= --max-spread (0.005) over at least --min-runs (3),
 and the median over runs of the paired per-step medians <= --max-step (1.00), taken against both
 natives (ABA) when every run has the A/A control.
@@ -60,6 +61,14 @@ def steady_calls_per_step(run: Dict[str, Any]) -> Optional[float]:
     return calls / steps if steps else None
 
 
+def host_waits_per_step(run: Dict[str, Any]) -> Optional[float]:
+    """The allocator's waits for the GPU per timed step (BlockCensus::host_waits: each lets the
+    GPU's queue run dry); None where the run did not record them (not vramledger, or before
+    2026-12-03)."""
+    per_step = (run.get("vramledger_stats") or {}).get("per_timed_step") or {}
+    return per_step.get("host_waits")
+
+
 def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
     keys: List[str] = []
     for runs in invocations:
@@ -69,7 +78,7 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
         workload, allocator = key.split(".", 1)
         row: Dict[str, Any] = {"workload": workload, "allocator": allocator, "runs": [],
                                "ratios": [], "medians": [], "paired": [], "aba": [], "gpu": [],
-                               "steady": []}
+                               "steady": [], "waits": []}
         for number, runs in enumerate(invocations, start=1):
             run = runs.get(key)
             if run is None:
@@ -84,6 +93,7 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
                               if allocator != REFERENCE else None)
             row["gpu"].append(derived.get("paired_gpu_time_ratio"))
             row["steady"].append(steady_calls_per_step(run["result"]))
+            row["waits"].append(host_waits_per_step(run["result"]))
         rows.append(row)
     return rows
 
@@ -124,10 +134,10 @@ def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
     lines = ["| workload | allocator | runs | peak reserved / peak requested | spread | "
              "median step ms | paired per-step median vs native | vs mean of native and "
              "native-again (ABA) | GPU time vs native "
-             "(profiled steps) | steady driver calls per step "
+             "(profiled steps) | steady driver calls per step | host waits per step "
              f"| goal (≤ {max_ratio}, spread ≤ {max_spread}, {min_runs} runs, "
              f"step ≤ {max_step:.2f}x) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ratios = [r for r in row["ratios"] if r is not None]
         spread = f"{max(ratios) - min(ratios):.4f}" if ratios else "—"
@@ -135,9 +145,10 @@ def render(rows: List[Dict[str, Any]], max_ratio: float, max_spread: float,
         paired = ("—" if row["allocator"] == REFERENCE else fmt(row["paired"], ".3f"))
         aba = ("—" if all(a is None for a in row["aba"]) else fmt(row["aba"], ".3f"))
         gpu = ("—" if all(g is None for g in row["gpu"]) else fmt(row["gpu"], ".3f"))
+        waits = ("—" if all(w is None for w in row["waits"]) else fmt(row["waits"], ".2f"))
         lines.append(f"| {row['workload']} | {row['allocator']} | "
                      f"{' / '.join(map(str, row['runs']))} | {fmt(row['ratios'], '.4f')} | "
-                     f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {aba} | {gpu} | {steady} | "
+                     f"{spread} | {fmt(row['medians'], '.1f')} | {paired} | {aba} | {gpu} | {steady} | {waits} | "
                      f"{verdict(row, max_ratio, max_spread, min_runs, max_step)} |")
     return "\n".join(lines) + "\n"
 

@@ -49,10 +49,11 @@ PER_STEP = [[100, 100, 5, 0, 5], [90, 100, 8, 1, 5], [120, 120, 18, 1, 10]]
 def test_table_of_three_runs(tmp_path):
     paths = []
     for run, reserved in enumerate((1010, 1012, 1030), start=1):
+        mine = result(reserved, 1000, [1.0, 0.09, 0.22, 0.30], per_step=PER_STEP)
+        mine["vramledger_stats"] = {"per_timed_step": {"maps": 1.0, "host_waits": run / 4}}
         paths.append(document(tmp_path, f"run{run}", {
             ("w", "native"): result(2000, 1000, [1.0, 0.10, 0.20, 0.30]),
-            ("w", "vramledger"): result(reserved, 1000, [1.0, 0.09, 0.22, 0.30],
-                                        per_step=PER_STEP),
+            ("w", "vramledger"): mine,
         }))
     rows = mrt.rows_of(mrt.load_runs(paths))
     assert [(r["workload"], r["allocator"]) for r in rows] == [("w", "native"), ("w", "vramledger")]
@@ -61,10 +62,14 @@ def test_table_of_three_runs(tmp_path):
     assert mine["ratios"] == pytest.approx([1.010, 1.012, 1.030])
     assert mine["paired"] == pytest.approx([1.0, 1.0, 1.0])       # median of 0.9, 1.1, 1.0
     assert mine["steady"] == pytest.approx([4.0, 4.0, 4.0])        # one steady step, 4 calls
+    assert mine["waits"] == pytest.approx([0.25, 0.5, 0.75])
+    assert rows[0]["waits"] == [None, None, None]
     assert mrt.verdict(mine, 1.02, 0.005, 3) == "ratio 1.0300 > 1.02; spread 0.0200 > 0.005"
     assert mrt.verdict(rows[0], 1.02, 0.005, 3) == "reference"
     table = mrt.render(rows, 1.02, 0.005, 3)
     assert "| w | vramledger | 1 / 2 / 3 | 1.0100 / 1.0120 / 1.0300 | 0.0200 |" in table
+    assert "| 4.0 / 4.0 / 4.0 | 0.25 / 0.50 / 0.75 |" in table
+    assert "| w | native | 1 / 2 / 3 |" in table and "| — | — | reference |" in table
 
 
 def test_slower_steps_fail_the_goal_by_the_median_of_the_runs(tmp_path):
