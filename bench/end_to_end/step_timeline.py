@@ -120,19 +120,12 @@ def profiled_window(events: Sequence[Dict[str, Any]]) -> Tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 # Child: one allocator, one fresh process
 
+# The order of compare_allocators.driver_calls' figures.
 CALL_NAMES = ("maps", "unmaps", "device_allocs", "host_waits")
 
 
-def driver_calls(vramledger) -> List[int]:
-    """Maps, unmaps, physical allocations, and the allocator's waits for the GPU (each one lets
-    the GPU's queue run dry: BlockCensus::host_waits) so far."""
-    stats = vramledger.stats()
-    return [int(stats.get(key) or 0) for key in ("num_maps", "num_unmaps", "num_device_alloc")] + [
-        int((stats.get("policy") or {}).get("host_waits") or 0)]
-
-
 def child_main(args) -> int:
-    from compare_allocators import apply_deterministic_settings
+    from compare_allocators import apply_deterministic_settings, driver_calls
     from e2e_workloads import WORKLOADS
 
     allocator = ALLOCATORS[args.child]
