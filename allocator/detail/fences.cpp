@@ -1,5 +1,8 @@
 // Fences: per-stream events that prove, without blocking, that work queued on a stream before
 // some free has finished, so pages freed then may be unmapped.
+#include <algorithm>
+#include <iterator>
+
 #include "allocator/detail/policy_state.hpp"
 
 namespace vramledger {
@@ -47,14 +50,20 @@ inline void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
   heaps.page_freed_since_last_fence = false;
 }
 
+// Waits once, for the oldest outstanding fence that covers `sequence` (the newest when none
+// does): a stream runs its work in order, so the older fences are complete when it is. (It
+// waited for each older fence in turn before: one stop of the thread, several blocking calls.)
 inline void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
-  while (heaps.completed_fence < sequence && !heaps.outstanding_fences.empty()) {
-    auto [event, fence] = heaps.outstanding_fences.front();
-    throw_if_error(wait_for_gpu_event(event), "waiting for a fence event");
-    heaps.completed_fence = fence;
-    spare_events_.push_back(event);
-    heaps.outstanding_fences.pop_front();
-  }
+  auto& fences = heaps.outstanding_fences;
+  if (heaps.completed_fence >= sequence || fences.empty()) return;
+  auto covering = std::find_if(fences.begin(), fences.end(),
+                               [&](const auto& entry) { return entry.second >= sequence; });
+  if (covering == fences.end()) covering = std::prev(fences.end());
+  throw_if_error(wait_for_gpu_event(covering->first), "waiting for a fence event");
+  heaps.completed_fence = covering->second;
+  const auto done = std::next(covering);
+  for (auto it = fences.begin(); it != done; ++it) spare_events_.push_back(it->first);
+  fences.erase(fences.begin(), done);
 }
 
 // After the whole device was synchronized: everything freed on the stream so far is idle, and

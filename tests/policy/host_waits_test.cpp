@@ -59,6 +59,37 @@ TEST(PagedHeapHostWaits, CountEveryWaitOfTheCallingThreadForTheGpu) {
   }
 }
 
+// Several fences of a stream outstanding: one wait, for the newest that is needed, covers the
+// older ones (the stream runs its work in order), so empty_cache stops the thread once.
+TEST(PagedHeapHostWaits, OneWaitCoversTheOlderFencesOfAStream) {
+  SimulatedDeviceOptions device_options;
+  device_options.allow_aliased_mappings = true;
+  SimulatedDevice device(device_options);
+  Ledger ledger;
+  CachingAllocator allocator(device, &ledger, AllocatorOptions{});
+  const StreamHandle stream = device.create_stream();
+  std::vector<DevicePtr> kept;
+  ASSERT_TRUE(device.pause_stream(stream));
+  for (std::size_t i = 0; i < 4; ++i) {
+    const DevicePtr p = allocator.allocate((64 + 2 * i) * kMiB, stream);
+    kept.push_back(allocator.allocate(2 * kMiB, stream));  // keeps p's hole from the free tail
+    device.enqueue_user_work(stream);
+    allocator.deallocate(p);
+    // Fits no hole: takes p's memory, still in use, at a new address (a fence for p's free).
+    kept.push_back(allocator.allocate((66 + 2 * i) * kMiB, stream));
+  }
+  const std::uint64_t fences = device.call_count(SimOp::kRecordEvent);
+  ASSERT_GE(fences, 2u) << "the scenario no longer leaves several fences outstanding";
+  for (DevicePtr p : kept) allocator.deallocate(p);
+  EXPECT_EQ(allocator.census().host_waits, 0);
+  allocator.empty_cache();
+  EXPECT_EQ(device.call_count(SimOp::kSynchronizeEvent), 1u);
+  EXPECT_EQ(allocator.census().host_waits, 1);
+  ASSERT_TRUE(device.resume_stream(stream));
+  allocator.empty_cache();
+  EXPECT_EQ(device.mapped_bytes(), 0u);
+}
+
 // When every close fit by size lies over old addresses whose queued work still runs (aliased
 // pages of freed blocks), the allocation goes to a fit that needs no wait, even one needing more
 // pages: a wait would stop the CPU until the GPU drained its queue (on the H200, ViT training's
