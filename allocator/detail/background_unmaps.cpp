@@ -81,6 +81,7 @@ void BackgroundUnmaps::run(UnmapJob& job) {
   job.status = backend_.unmap_pages(job.address, job.bytes, 1);
   job.state.store(job.status.is_ok() ? UnmapJob::kDone : UnmapJob::kFailed,
                   std::memory_order_release);
+  runs_ended_.fetch_add(1, std::memory_order_release);
   job.state.notify_all();
 }
 

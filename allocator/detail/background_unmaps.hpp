@@ -64,6 +64,9 @@ class BackgroundUnmaps {
   std::uint64_t unmapped_on_demand() const noexcept {
     return on_demand_.load(std::memory_order_relaxed);
   }
+  // Runs ended so far, failed ones included (each turns a job kDone or kFailed): while it stands
+  // still, no job has become done, so a look for done jobs would find none new.
+  std::uint64_t runs_ended() const noexcept { return runs_ended_.load(std::memory_order_acquire); }
   // Jobs submitted that nobody has run yet, or whose first run has not ended.
   std::uint64_t pending() const noexcept { return pending_.load(std::memory_order_acquire); }
 
@@ -85,6 +88,7 @@ class BackgroundUnmaps {
   std::atomic<std::uint64_t> by_helper_{0};
   std::atomic<std::uint64_t> on_demand_{0};
   std::atomic<std::uint64_t> pending_{0};
+  std::atomic<std::uint64_t> runs_ended_{0};
 };
 
 }  // namespace vramledger

@@ -155,6 +155,7 @@ inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
       }
     }
     heaps->retiring.clear();
+    ++heaps->retiring_changes;
     retiring_mappings_ = 0;
   }
   for (auto& heaps : streams_) {

@@ -27,6 +27,7 @@ void FreeBlockIndex::insert(Block* block) {
   subclass_bitmaps_[cls] |= 1u << (bin & (kSubclasses - 1));
   class_bitmap_ |= std::uint64_t{1} << cls;
   ++count_;
+  ++changes_;
 }
 
 void FreeBlockIndex::remove(Block* block) {
@@ -44,6 +45,7 @@ void FreeBlockIndex::remove(Block* block) {
     if (subclass_bitmaps_[cls] == 0) class_bitmap_ &= ~(std::uint64_t{1} << cls);
   }
   --count_;
+  ++changes_;
 }
 
 Block* FreeBlockIndex::find(std::size_t size) const {

@@ -48,6 +48,8 @@ class FreeBlockIndex {
     }
   }
   std::size_t count() const { return count_; }
+  // Inserts and removes so far: while it stands still, the index holds the same blocks.
+  std::uint64_t changes() const { return changes_; }
   // Visits every block (for census and reports); order unspecified.
   template <typename Visitor>
   void for_each(Visitor&& visit) const {
@@ -64,6 +66,7 @@ class FreeBlockIndex {
   std::array<std::uint32_t, kClasses> subclass_bitmaps_{};
   std::array<Block*, kClasses * kSubclasses> bins_{};
   std::size_t count_ = 0;
+  std::uint64_t changes_ = 0;
 };
 
 }  // namespace vramledger

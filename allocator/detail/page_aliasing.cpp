@@ -19,36 +19,32 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
     StreamHeaps* requester) {
   retire_mappings(owner, /*wait=*/false);
   const int p = pool_index(pool);
-  for (AddressRange* span : owner.ranges[p]) {
-    if (!span->is_span) continue;
-    for (Block* b = span->first; b != nullptr; b = b->next) {
-      if (b->state != BlockState::kFree || b->freed_at_fence <= owner.completed_fence) continue;
-      const auto [first, last] = whole_pages(*span, b->address, b->end());
-      if (first >= last || span->count_mapped(first, last) == 0) continue;
-      std::optional<std::size_t> head;
-      for_each_mapped(*span, first, last, [&, last = last](std::size_t page) {
-        if (head || !span->is_chunk_head(page)) return;
-        const std::size_t pages = span->chunk_pages(page);
-        if (pages <= max_pages && page + pages <= last &&
-            !exclusion.intersects(span, page, pages)) {
-          head = page;
-        }
-      });
-      if (!head) continue;
-      issue_fence(owner);  // the fence that will prove the old address idle must exist
-      if (requester != nullptr && requester != &owner &&
-          !order_after_fence(*requester, owner, b->freed_at_fence)) {
-        return std::nullopt;
-      }
-      const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
-      span->set_retiring(*head, chunk.pages, true);
-      owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle, nullptr});
-      ++retiring_mappings_;
-      owner.free_mapped_pages[p] -= chunk.pages;
-      emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
-           chunk.pages * page_bytes_);
-      return chunk;
+  for (Block* b : free_blocks_with_mapped_pages(owner, p)) {
+    if (b->freed_at_fence <= owner.completed_fence) continue;
+    AddressRange* span = b->range;
+    const auto [first, last] = whole_pages(*span, b->address, b->end());
+    const std::optional<std::size_t> head =
+        first_mapped(*span, first, last, [&, last = last](std::size_t page) {
+          if (!span->is_chunk_head(page)) return false;
+          const std::size_t pages = span->chunk_pages(page);
+          return pages <= max_pages && page + pages <= last &&
+                 !exclusion.intersects(span, page, pages);
+        });
+    if (!head) continue;
+    issue_fence(owner);  // the fence that will prove the old address idle must exist
+    if (requester != nullptr && requester != &owner &&
+        !order_after_fence(*requester, owner, b->freed_at_fence)) {
+      return std::nullopt;
     }
+    const PhysicalChunk chunk = span->clear_chunk_mapped(*head);
+    span->set_retiring(*head, chunk.pages, true, b->freed_at_fence);
+    owner.retiring.push_back({span, *head, chunk.pages, b->freed_at_fence, chunk.handle, nullptr});
+    ++owner.retiring_changes;
+    ++retiring_mappings_;
+    owner.free_mapped_pages[p] -= chunk.pages;
+    emit(EventKind::kUnmap, pool, owner.stream, span->base + *head * page_bytes_,
+         chunk.pages * page_bytes_);
+    return chunk;
   }
   return std::nullopt;
 }
@@ -89,6 +85,12 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
                                                     std::size_t last) {
   if (heaps.retiring.empty()) return;
   poll_fences(heaps);
+  const bool whole_look = !wait && span == nullptr;
+  const auto now = [&] {
+    return StreamHeaps::RetireLook{heaps.retiring_changes, heaps.completed_fence,
+                                   background_unmaps_.runs_ended()};
+  };
+  if (whole_look && heaps.last_retire_look == now()) return;
   for (std::size_t i = 0; i < heaps.retiring.size();) {
     StreamHeaps::RetiringMapping& r = heaps.retiring[i];
     const bool wanted =
@@ -106,6 +108,7 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
     }
     retire(heaps, i);
   }
+  if (whole_look) heaps.last_retire_look = now();
 }
 
 // Unmaps retiring mapping `index` of `heaps`, waiting for its fence first if need be.
@@ -126,6 +129,7 @@ inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index
   r.span->set_retiring(r.head, r.pages, false);
   heaps.retiring[index] = heaps.retiring.back();
   heaps.retiring.pop_back();
+  ++heaps.retiring_changes;
   --retiring_mappings_;
 }
 

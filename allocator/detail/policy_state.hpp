@@ -266,15 +266,27 @@ class CachingAllocator::Impl {
   template <typename Visit>
   static void for_each_mapped(const AddressRange& span, std::size_t first, std::size_t last,
                               Visit&& visit) {
+    first_mapped(span, first, last, [&](std::size_t page) {
+      visit(page);
+      return false;
+    });
+  }
+  // The first mapped page in [first, last), in address order, for which take(page) holds.
+  template <typename Take>
+  static std::optional<std::size_t> first_mapped(const AddressRange& span, std::size_t first,
+                                                 std::size_t last, Take&& take) {
     last = std::min(last, span.mapped_bits.size() * 64);
     for (std::size_t word = first / 64; word * 64 < last; ++word) {
       std::uint64_t bits = span.mapped_bits[word];
+      if (word == first / 64) bits &= ~std::uint64_t{0} << (first % 64);
       while (bits != 0) {
         const std::size_t page = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        if (page >= last) return std::nullopt;
         bits &= bits - 1;
-        if (page >= first && page < last) visit(page);
+        if (take(page)) return page;
       }
     }
+    return std::nullopt;
   }
 
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size);
@@ -313,6 +325,7 @@ class CachingAllocator::Impl {
   std::size_t unmap_idle_chunk(AddressRange& span, std::size_t head, std::uint64_t freed_at_fence);
   bool waits_for_gpu(const AddressRange& span, std::size_t first, std::size_t last) const;
   bool any_retiring_behind_fence(const StreamHeaps& heaps) const;
+  std::vector<Block*> free_blocks_with_mapped_pages(StreamHeaps& heaps, int p) const;
   std::size_t unmap_idle_chunks(PoolKind pool, std::size_t count, std::size_t max_chunk,
                                 bool wait, const PageExclusion& exclusion,
                                 StreamChoice choice = StreamChoice::kAll,
