@@ -330,6 +330,7 @@ std::vector<PhysicalPiece> CachingAllocator::physical_pieces(DevicePtr ptr) cons
 }
 std::vector<SegmentInfo> CachingAllocator::segments() const { return impl_->segments(); }
 BlockCensus CachingAllocator::census() const { return impl_->census(); }
+PolicyFigures CachingAllocator::policy_figures() const { return impl_->policy_figures(); }
 const AllocatorOptions& CachingAllocator::options() const { return impl_->options(); }
 DeviceBackend& CachingAllocator::backend() const { return impl_->backend(); }
 void CachingAllocator::release_stream(StreamHandle stream) { impl_->release_stream(stream); }

@@ -27,29 +27,9 @@
 
 namespace vramledger {
 
-// Recount of the allocator's state computed by walking every block, segment and page. The ledger
-// must agree with it at every instant (see accounting/consistency.hpp).
-struct BlockCensus {
-  struct PerPool {
-    std::int64_t allocation = 0;            // allocated blocks
-    std::int64_t allocated_bytes = 0;
-    std::int64_t requested_bytes = 0;       // requested sizes of active blocks (torch's meaning)
-    std::int64_t active = 0;                // allocated + awaiting cross-stream completion
-    std::int64_t active_bytes = 0;
-    std::int64_t inactive_split = 0;
-    std::int64_t inactive_split_bytes = 0;
-    std::int64_t segment = 0;               // backend segments (segment heap)
-    std::int64_t reserved_bytes = 0;        // physical bytes held from the backend
-    std::int64_t mapped_bytes = 0;          // paged heap: physical bytes mapped
-    std::int64_t virtual_bytes = 0;         // paged heap: address space reserved
-    std::int64_t free_bytes = 0;            // inactive block bytes backed by memory (cached)
-    std::int64_t largest_free_block = 0;    // largest inactive block fully backed by memory
-    std::int64_t sleeping = 0;              // blocks asleep (sleep by tag, docs/sleep.md)
-    std::int64_t sleeping_bytes = 0;        // their bytes: address space, no memory behind
-    std::int64_t sleeping_resident_bytes = 0;  // their bytes on pages kept for neighbours
-  };
-  PerPool pools[2];  // indexed by PoolKind
-  std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
+// The policy's running figures: read without walking any block (CachingAllocator::
+// policy_figures), so a program may ask for them every step; also part of the census.
+struct PolicyFigures {
   std::int64_t stream_heaps = 0;  // heaps in use: one per stream, one per lane of a stream
   // Times a thread kept waiting for its lane's lock was given a lane (a new one, one its thread
   // left, or its own again): a figure that keeps rising means threads pass between lanes.
@@ -70,6 +50,32 @@ struct BlockCensus {
   // Paged heap: the highest sum of active bytes (both pools) so far — the cross-stream slack's
   // base (AllocatorOptions::cross_stream_slack_permille); 0 on the segment heap.
   std::int64_t peak_active_bytes = 0;
+};
+
+// Recount of the allocator's state computed by walking every block, segment and page. The ledger
+// must agree with it at every instant (see accounting/consistency.hpp). Its policy figures are
+// the running ones (PolicyFigures), as they stood at the walk.
+struct BlockCensus : PolicyFigures {
+  struct PerPool {
+    std::int64_t allocation = 0;            // allocated blocks
+    std::int64_t allocated_bytes = 0;
+    std::int64_t requested_bytes = 0;       // requested sizes of active blocks (torch's meaning)
+    std::int64_t active = 0;                // allocated + awaiting cross-stream completion
+    std::int64_t active_bytes = 0;
+    std::int64_t inactive_split = 0;
+    std::int64_t inactive_split_bytes = 0;
+    std::int64_t segment = 0;               // backend segments (segment heap)
+    std::int64_t reserved_bytes = 0;        // physical bytes held from the backend
+    std::int64_t mapped_bytes = 0;          // paged heap: physical bytes mapped
+    std::int64_t virtual_bytes = 0;         // paged heap: address space reserved
+    std::int64_t free_bytes = 0;            // inactive block bytes backed by memory (cached)
+    std::int64_t largest_free_block = 0;    // largest inactive block fully backed by memory
+    std::int64_t sleeping = 0;              // blocks asleep (sleep by tag, docs/sleep.md)
+    std::int64_t sleeping_bytes = 0;        // their bytes: address space, no memory behind
+    std::int64_t sleeping_resident_bytes = 0;  // their bytes on pages kept for neighbours
+  };
+  PerPool pools[2];  // indexed by PoolKind
+  std::int64_t free_physical_pages = 0;     // created, unmapped, held for reuse
 };
 
 // Description of one address range and its blocks, for snapshots and reports.
@@ -189,6 +195,8 @@ class CachingAllocator {
   std::vector<PhysicalPiece> physical_pieces(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
   BlockCensus census() const;
+  // The census's policy figures alone: the allocator's lock, no walk, never throws.
+  PolicyFigures policy_figures() const;
   const AllocatorOptions& options() const;
   DeviceBackend& backend() const;
 

@@ -93,18 +93,18 @@ void write_imported(JsonWriter& object, int device) {
   write_stat(object, "imported_mappings", imported.mappings);
 }
 
-// The default pool's policy figures (BlockCensus, docs/stats.md "The policy's own figures").
-void write_policy(JsonWriter& object, const BlockCensus& census) {
+// The default pool's policy figures (PolicyFigures: no walk of its blocks; docs/stats.md "The policy's own figures").
+void write_policy(JsonWriter& object, const PolicyFigures& figures) {
   std::string& out = object.key("policy");
   JsonWriter policy(out);
-  policy.number("stream_heaps", census.stream_heaps);
-  policy.number("lane_choices", census.lane_choices);
-  policy.number("locked_allocations", census.locked_allocations);
-  policy.number("unmaps_in_background", census.unmaps_in_background);
-  policy.number("unmaps_on_demand", census.unmaps_on_demand);
-  policy.number("unmaps_pending", census.unmaps_pending);
-  policy.number("host_waits", census.host_waits);
-  policy.number("peak_active_bytes", census.peak_active_bytes);
+  policy.number("stream_heaps", figures.stream_heaps);
+  policy.number("lane_choices", figures.lane_choices);
+  policy.number("locked_allocations", figures.locked_allocations);
+  policy.number("unmaps_in_background", figures.unmaps_in_background);
+  policy.number("unmaps_on_demand", figures.unmaps_on_demand);
+  policy.number("unmaps_pending", figures.unmaps_pending);
+  policy.number("host_waits", figures.host_waits);
+  policy.number("peak_active_bytes", figures.peak_active_bytes);
 }
 
 }  // namespace
@@ -121,7 +121,7 @@ std::string stats_json(const DeviceAllocators& device) {
     object.number("cap_bytes", static_cast<std::int64_t>(device.cap()));
     object.number("total_bytes", static_cast<std::int64_t>(device.backend_info().total_bytes));
     write_counters(object, counters, tags);
-    write_policy(object, device.default_pool().policy().census());
+    write_policy(object, device.default_pool().policy().policy_figures());
     write_imported(object, device.device());
   }
   return out;
@@ -137,7 +137,7 @@ std::string empty_stats_json(int device) {
     object.number("cap_bytes", 0);
     object.number("total_bytes", 0);
     write_counters(object, LedgerCounters{}, {});
-    write_policy(object, BlockCensus{});
+    write_policy(object, PolicyFigures{});
     write_imported(object, device);  // a process may import on a device it never allocated on
   }
   return out;

@@ -136,16 +136,28 @@ inline BlockCensus CachingAllocator::Impl::census() const {
     census.pools[p].reserved_bytes += held * static_cast<std::int64_t>(page_bytes_);
     census.free_physical_pages += held;
   }
-  census.stream_heaps = static_cast<std::int64_t>(streams_.size());
-  census.lane_choices = static_cast<std::int64_t>(lane_choices_);
-  census.locked_allocations = static_cast<std::int64_t>(locked_allocations_);
-  census.unmaps_in_background = static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
-  census.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());
-  census.unmaps_pending = static_cast<std::int64_t>(background_unmaps_.pending());
-  census.host_waits = static_cast<std::int64_t>(host_waits_.load(std::memory_order_relaxed));
-  census.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
+  static_cast<PolicyFigures&>(census) = policy_figures_locked();
   front_census_locked(census);  // parked blocks are free from the user's view
   return census;
+}
+
+inline PolicyFigures CachingAllocator::Impl::policy_figures() const {
+  std::lock_guard lock(mutex_);
+  return policy_figures_locked();
+}
+
+inline PolicyFigures CachingAllocator::Impl::policy_figures_locked() const {
+  PolicyFigures figures;
+  figures.stream_heaps = static_cast<std::int64_t>(streams_.size());
+  figures.lane_choices = static_cast<std::int64_t>(lane_choices_);
+  figures.locked_allocations = static_cast<std::int64_t>(locked_allocations_);
+  figures.unmaps_in_background =
+      static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
+  figures.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());
+  figures.unmaps_pending = static_cast<std::int64_t>(background_unmaps_.pending());
+  figures.host_waits = static_cast<std::int64_t>(host_waits_.load(std::memory_order_relaxed));
+  figures.peak_active_bytes = static_cast<std::int64_t>(active_peak_);
+  return figures;
 }
 
 inline const Block* CachingAllocator::Impl::block_containing(DevicePtr ptr) const {

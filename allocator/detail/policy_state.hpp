@@ -129,6 +129,8 @@ class CachingAllocator::Impl {
   std::vector<PhysicalPiece> physical_pieces(DevicePtr ptr) const;
   std::vector<SegmentInfo> segments() const;
   BlockCensus census() const;
+  PolicyFigures policy_figures() const;
+  PolicyFigures policy_figures_locked() const;
 
  private:
   // Larger requests are certainly mistakes (the largest GPUs hold well under 1 TiB); refusing

@@ -54,6 +54,19 @@ TEST(PagedHeapHostWaits, CountEveryWaitOfTheCallingThreadForTheGpu) {
     EXPECT_TRUE(device.user_work_done(reads_p));
     EXPECT_GT(allocator.census().host_waits, 0);
     EXPECT_EQ(allocator.census().host_waits, device_waits());
+    // The cheap read (vramledger.stats()["policy"]) gives the census's figures, every one.
+    const BlockCensus census = allocator.census();
+    const PolicyFigures figures = allocator.policy_figures();
+    EXPECT_EQ(figures.host_waits, census.host_waits);
+    EXPECT_EQ(figures.stream_heaps, census.stream_heaps);
+    EXPECT_EQ(figures.lane_choices, census.lane_choices);
+    EXPECT_EQ(figures.locked_allocations, census.locked_allocations);
+    EXPECT_EQ(figures.unmaps_in_background, census.unmaps_in_background);
+    EXPECT_EQ(figures.unmaps_on_demand, census.unmaps_on_demand);
+    EXPECT_EQ(figures.unmaps_pending, census.unmaps_pending);
+    EXPECT_EQ(figures.peak_active_bytes, census.peak_active_bytes);
+    EXPECT_GT(figures.peak_active_bytes, 0);
+    EXPECT_GT(figures.stream_heaps, 0);
     ASSERT_TRUE(device.resume_stream(stream));
     EXPECT_EQ(device.mapped_bytes(), 0u);
   }
