@@ -8,6 +8,9 @@
 #   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger,native-again] [--workloads NAMES]
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
 #                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
+#                       [--gpus N]   (N > 1: the (run, workload) units spread over N GPUs at once,
+#                                     bench/end_to_end/parallel_runs.py; each unit's allocators
+#                                     still share one GPU and run back to back)
 #
 # --allocators: native-again (compare_allocators' A/A control, in the default) puts every other
 # allocator between two natives, and the table judges steps against their mean; without it a
@@ -29,6 +32,7 @@ steps=24
 warmup=4
 budget=540
 profile_steps=0
+gpus=1
 out=""
 commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${VRAMLEDGER_GIT_COMMIT:-unknown}")
 while (($#)); do
@@ -42,16 +46,22 @@ while (($#)); do
     --out) out=$2; shift 2 ;;
     --commit) commit=$2; shift 2 ;;
     --profile-steps) profile_steps=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
     *) echo "e2e_runs: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-for number in "$runs" "$steps" "$warmup" "$budget"; do
+for number in "$runs" "$steps" "$warmup" "$budget" "$gpus"; do
   [[ "$number" =~ ^[1-9][0-9]*$ ]] || { echo "e2e_runs: '$number' is not a whole number > 0" >&2; exit 2; }
 done
 [[ -n "$out" ]] || out=${OUT:+$OUT/e2e-runs}
 [[ -n "$out" ]] || out=build-e2e-runs
 mkdir -p "$out"
 export PYTHONPATH=${PYTHONPATH:-$repo/build-torch-gpu-stage}
+if ((gpus > 1)); then
+  exec python3 "$repo/bench/end_to_end/parallel_runs.py" --gpus "$gpus" --runs "$runs" \
+    --allocators "$allocators" --workloads "$workloads" --steps "$steps" --warmup "$warmup" \
+    --budget-s "$budget" --out "$out" --commit "$commit" --profile-steps "$profile_steps"
+fi
 per_run=$((budget / runs))
 jsons=()
 for ((run = 1; run <= runs; run++)); do

@@ -102,6 +102,31 @@ struct alignas(64) AddressRange {
     }
     return mapped ? to : std::min(to, std::max(from, known));
   }
+  // Calls visit(page) for every mapped page in [first, last).
+  template <typename Visit>
+  void for_each_mapped(std::size_t first, std::size_t last, Visit&& visit) const {
+    first_mapped(first, last, [&](std::size_t page) {
+      visit(page);
+      return false;
+    });
+  }
+  // The first mapped page in [first, last), in address order, for which take(page) holds.
+  template <typename Take>
+  std::optional<std::size_t> first_mapped(std::size_t first, std::size_t last, Take&& take) const {
+    last = std::min(last, mapped_bits.size() * 64);
+    for (std::size_t word = first / 64; word * 64 < last; ++word) {
+      std::uint64_t bits = mapped_bits[word];
+      if (word == first / 64) bits &= ~std::uint64_t{0} << (first % 64);
+      while (bits != 0) {
+        const std::size_t page = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        if (page >= last) return std::nullopt;
+        bits &= bits - 1;
+        if (take(page)) return page;
+      }
+    }
+    return std::nullopt;
+  }
+
   void grow_pages(std::size_t page_count) {
     if (page_use.size() >= page_count) return;
     page_use.resize(page_count);
@@ -175,6 +200,18 @@ struct alignas(64) AddressRange {
       ++page;
     }
     return page - head;
+  }
+};
+
+// Where a page-level operation must not take pages from: the pages an allocation is about to
+// use.
+struct PageExclusion {
+  const AddressRange* span = nullptr;
+  std::size_t first = 0;
+  std::size_t last = 0;  // inclusive
+  // Whether any of the pages [from, from + count) is excluded.
+  bool intersects(const AddressRange* range, std::size_t from, std::size_t count) const {
+    return range == span && from <= last && from + count > first;
   }
 };
 

@@ -87,7 +87,7 @@ inline void CachingAllocator::Impl::release_idle_ranges(StreamHeaps& heaps, int 
     }
     if (range->is_span) {
       std::vector<std::size_t> heads;
-      for_each_mapped(*range, 0, range->mapped_bits.size() * 64, [&](std::size_t page) {
+      range->for_each_mapped(0, range->mapped_bits.size() * 64, [&](std::size_t page) {
         if (range->is_chunk_head(page)) heads.push_back(page);
       });
       for (std::size_t head : heads) unmap_chunk(*range, head, /*was_free=*/true);
@@ -164,7 +164,7 @@ inline void CachingAllocator::Impl::release_everything_at_exit() noexcept {
         if (range->active_blocks == 0) {
           if (range->is_span) {
             bool all_unmapped = true;
-            for_each_mapped(*range, 0, range->mapped_bits.size() * 64, [&](std::size_t page) {
+            range->for_each_mapped(0, range->mapped_bits.size() * 64, [&](std::size_t page) {
               if (!range->is_chunk_head(page)) return;
               const std::size_t bytes = range->chunk_pages(page) * page_bytes_;
               if (backend_.unmap_pages(range->base + page * page_bytes_, bytes, 1)) {

@@ -203,7 +203,7 @@ inline std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(
   std::size_t run = 0;
   std::size_t previous_page = SIZE_MAX;
   const DevicePtr end = address + size;
-  for_each_mapped(range, page_of(range, address), page_of(range, end - 1) + 1,
+  range.for_each_mapped(page_of(range, address), page_of(range, end - 1) + 1,
                   [&](std::size_t page) {
                     const DevicePtr page_start = range.base + page * page_bytes_;
                     const std::size_t overlap = std::min(end, page_start + page_bytes_) -

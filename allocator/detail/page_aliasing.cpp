@@ -24,7 +24,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
     AddressRange* span = b->range;
     const auto [first, last] = whole_pages(*span, b->address, b->end());
     const std::optional<std::size_t> head =
-        first_mapped(*span, first, last, [&, last = last](std::size_t page) {
+        span->first_mapped(first, last, [&, last = last](std::size_t page) {
           if (!span->is_chunk_head(page)) return false;
           const std::size_t pages = span->chunk_pages(page);
           return pages <= max_pages && page + pages <= last &&

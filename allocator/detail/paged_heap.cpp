@@ -122,7 +122,7 @@ inline CachingAllocator::Impl::Placement CachingAllocator::Impl::best_place_in(
   constexpr int kRuns = 16;  // bounds the work in a block with scattered mapped pages
   int runs = 0;
   std::size_t previous = SIZE_MAX;
-  for_each_mapped(span, first, last, [&](std::size_t page) {
+  span.for_each_mapped(first, last, [&](std::size_t page) {
     if (runs >= kRuns || best.cost.second == 0) return;
     if (previous == SIZE_MAX || page != previous + 1) {  // a run of mapped pages starts here
       ++runs;
@@ -392,7 +392,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
                !exclusion.intersects(span, page, pages) &&
                (choice != StreamChoice::kOthersCold || chunk_is_cold(*heaps, *span, page, pages));
       };
-      std::optional<std::size_t> head = first_mapped(*span, first, last, qualifies);
+      std::optional<std::size_t> head = span->first_mapped(first, last, qualifies);
       if (!head) continue;
       if (b->freed_at_fence > heaps->completed_fence) {
         issue_fence(*heaps);
@@ -400,7 +400,7 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
         if (wait) wait_for_fence(*heaps, b->freed_at_fence);
         if (b->freed_at_fence > heaps->completed_fence) continue;
       }
-      for (; head && unmapped < count; head = first_mapped(*span, *head + 1, last, qualifies)) {
+      for (; head && unmapped < count; head = span->first_mapped(*head + 1, last, qualifies)) {
         unmapped += unmap_idle_chunk(*span, *head, b->freed_at_fence);
       }
     }

@@ -14,6 +14,7 @@
 //   detail/frees.cpp           frees, immediate and cross-stream (record_stream events)
 //   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
 //   detail/census.cpp          queries: describe, segments, the census and its invariant checks
+//   detail/policy_events.cpp   the events each operation sends the ledger
 //   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
 //   detail/stream_fast_path.cpp  own-stream allocations and frees under the stream's lock alone
 //   detail/stream_lanes.cpp    lanes: heaps of their own for threads contending on one stream
@@ -142,52 +143,17 @@ class CachingAllocator::Impl {
   }
   static constexpr int pool_index(PoolKind pool) { return static_cast<int>(pool); }
 
-  // ---- events (inline: every operation sends one)
+  // ---- events (detail/policy_events.cpp; every operation sends one)
 
   void emit(EventKind kind, PoolKind pool, StreamHandle stream, DevicePtr address,
-            std::size_t size, std::size_t requested = 0, TagId tag = kUntagged) {
-    emit_with(pending_split_, kind, pool, stream, address, size, requested, tag);
-  }
+            std::size_t size, std::size_t requested = 0, TagId tag = kUntagged);
   // `split`: the split changes this event carries (and clears): the allocator's for operations
   // under its lock, the operation's own on the per-stream fast path.
   void emit_with(SplitDelta& split, EventKind kind, PoolKind pool, StreamHandle stream,
                  DevicePtr address, std::size_t size, std::size_t requested = 0,
-                 TagId tag = kUntagged) {
-    // A front cache's parked block going back to its heap was counted free when the user freed it.
-    if (kind == EventKind::kFree && returning_front_block_) kind = EventKind::kFrontCacheReturn;
-    if (observer_ == nullptr) {
-      split = SplitDelta{};
-      return;
-    }
-    AllocatorEvent event;
-    event.kind = kind;
-    event.pool = pool;
-    event.tag = tag;
-    event.stream = stream;
-    event.address = address;
-    event.size = size;
-    event.requested = requested;
-    event.inactive_split_delta = split.count;
-    event.inactive_split_bytes_delta = split.bytes;
-    event.home_shard = split.home;
-    ObserverShard* shard = split.shard;
-    split = SplitDelta{};
-    if (shard != nullptr) {
-      report_to_stream_shard(*shard, event);  // detail/stream_fast_path.cpp
-    } else {
-      observer_->on_event(event);
-    }
-  }
-  // Inactive split changes wait for the event of the operation that caused them and travel on
-  // it (see AllocatorEvent), so the fast path sends one event per call.
-  void note_split_change(int count, std::int64_t bytes, SplitDelta& split) {
-    split.count += count;
-    split.bytes += bytes;
-  }
-  void emit_block(EventKind kind, const Block* block) {
-    emit(kind, block->range->pool, block->range->owner->stream, block->address, block->size,
-         block->requested, block->tag);
-  }
+                 TagId tag = kUntagged);
+  void note_split_change(int count, std::int64_t bytes, SplitDelta& split);
+  void emit_block(EventKind kind, const Block* block);
 
   // ---- active bytes and their exact peak, per stream's heaps (detail/active_bytes.cpp)
 
@@ -239,17 +205,6 @@ class CachingAllocator::Impl {
 
   // ---- paged heap (detail/paged_heap.cpp)
 
-  // Where a page-level operation must not take pages from: the pages an allocation is about to
-  // use.
-  struct PageExclusion {
-    const AddressRange* span = nullptr;
-    std::size_t first = 0;
-    std::size_t last = 0;  // inclusive
-    // Whether any of the pages [from, from + count) is excluded.
-    bool intersects(const AddressRange* range, std::size_t from, std::size_t count) const {
-      return range == span && from <= last && from + count > first;
-    }
-  };
   // Which streams' idle pages unmap_idle_chunks looks at, relative to a given stream:
   // kOthersCold, only other streams' chunks that are cold (chunk_is_cold).
   enum class StreamChoice { kAll, kOnly, kOthersCold };
@@ -264,33 +219,6 @@ class CachingAllocator::Impl {
     const std::size_t last = (end - span.base) / page_bytes_;
     return {first, std::max(first, last)};
   }
-  // Calls visit(page) for every mapped page in [first, last).
-  template <typename Visit>
-  static void for_each_mapped(const AddressRange& span, std::size_t first, std::size_t last,
-                              Visit&& visit) {
-    first_mapped(span, first, last, [&](std::size_t page) {
-      visit(page);
-      return false;
-    });
-  }
-  // The first mapped page in [first, last), in address order, for which take(page) holds.
-  template <typename Take>
-  static std::optional<std::size_t> first_mapped(const AddressRange& span, std::size_t first,
-                                                 std::size_t last, Take&& take) {
-    last = std::min(last, span.mapped_bits.size() * 64);
-    for (std::size_t word = first / 64; word * 64 < last; ++word) {
-      std::uint64_t bits = span.mapped_bits[word];
-      if (word == first / 64) bits &= ~std::uint64_t{0} << (first % 64);
-      while (bits != 0) {
-        const std::size_t page = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
-        if (page >= last) return std::nullopt;
-        bits &= bits - 1;
-        if (take(page)) return page;
-      }
-    }
-    return std::nullopt;
-  }
-
   Block* allocate_paged(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   Block* take_from_span(FreeBlockIndex& index, Block* block, DevicePtr address, std::size_t size,
                         SplitDelta& split);

@@ -150,7 +150,7 @@ inline std::size_t CachingAllocator::Impl::release_sleeping_pages(
     for (const SleepingBlock* s : blocks) {
       const Block& b = *s->block;
       if (b.range != span) continue;
-      for_each_mapped(*span, page_of(*span, b.address), page_of(*span, b.end() - 1) + 1,
+      span->for_each_mapped(page_of(*span, b.address), page_of(*span, b.end() - 1) + 1,
                       [&](std::size_t page) { heads.push_back(span->page_mapping[page].head); });
     }
     std::sort(heads.begin(), heads.end());
