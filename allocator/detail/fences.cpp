@@ -55,7 +55,7 @@ inline void CachingAllocator::Impl::issue_fence(StreamHeaps& heaps) {
 // waited for each older fence in turn before: one stop of the thread, several blocking calls.)
 inline void CachingAllocator::Impl::wait_for_fence(StreamHeaps& heaps, std::uint64_t sequence) {
   auto& fences = heaps.outstanding_fences;
-  if (heaps.completed_fence >= sequence || fences.empty()) return;
+  if (heaps.fence_done(sequence) || fences.empty()) return;
   auto covering = std::find_if(fences.begin(), fences.end(),
                                [&](const auto& entry) { return entry.second >= sequence; });
   if (covering == fences.end()) covering = std::prev(fences.end());

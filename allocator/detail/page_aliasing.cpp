@@ -20,7 +20,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_pending_chunk(
   retire_mappings(owner, /*wait=*/false);
   const int p = pool_index(pool);
   for (Block* b : free_blocks_with_mapped_pages(owner, p)) {
-    if (b->freed_at_fence <= owner.completed_fence) continue;
+    if (owner.fence_done(b->freed_at_fence)) continue;
     AddressRange* span = b->range;
     const auto [first, last] = whole_pages(*span, b->address, b->end());
     const std::optional<std::size_t> head =
@@ -69,7 +69,7 @@ inline std::optional<PhysicalChunk> CachingAllocator::Impl::alias_other_streams_
 inline bool CachingAllocator::Impl::order_after_fence(StreamHeaps& waiter, StreamHeaps& owner,
                                                       std::uint64_t sequence) {
   poll_fences(owner);
-  if (owner.completed_fence >= sequence) return true;
+  if (owner.fence_done(sequence)) return true;
   for (const auto& [event, fence] : owner.outstanding_fences) {
     if (fence >= sequence) return backend_.stream_wait_event(waiter.stream, event).is_ok();
   }
@@ -95,7 +95,7 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
     StreamHeaps::RetiringMapping& r = heaps.retiring[i];
     const bool wanted =
         span == nullptr || (r.span == span && r.head < last && r.head + r.pages > first);
-    if (!wanted || (!wait && r.fence > heaps.completed_fence)) {
+    if (!wanted || (!wait && !heaps.fence_done(r.fence))) {
       ++i;
       continue;
     }
@@ -114,9 +114,9 @@ inline void CachingAllocator::Impl::retire_mappings(StreamHeaps& heaps, bool wai
 // Unmaps retiring mapping `index` of `heaps`, waiting for its fence first if need be.
 inline void CachingAllocator::Impl::retire(StreamHeaps& heaps, std::size_t index) {
   const StreamHeaps::RetiringMapping r = heaps.retiring[index];
-  if (r.fence > heaps.completed_fence) {
+  if (!heaps.fence_done(r.fence)) {
     wait_for_fence(heaps, r.fence);
-    if (r.fence > heaps.completed_fence) {
+    if (!heaps.fence_done(r.fence)) {
       throw_if_error(wait_for_device(), "waiting for aliased pages");
       mark_all_frees_idle(heaps);
     }
@@ -164,7 +164,7 @@ inline void CachingAllocator::Impl::retire_handle(PhysicalHandle handle, bool on
         ++i;
         continue;
       }
-      if (only_if_unsafe && unmap_in_background_ && r.fence <= heaps->completed_fence) {
+      if (only_if_unsafe && unmap_in_background_ && heaps->fence_done(r.fence)) {
         hand_to_helper(r);
         ++i;
         continue;

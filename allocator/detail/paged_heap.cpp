@@ -83,7 +83,7 @@ inline CachingAllocator::Impl::Placement CachingAllocator::Impl::place_at(Block*
 // Whether `heaps` has an old address still mapped for work queued before its free.
 inline bool CachingAllocator::Impl::any_retiring_behind_fence(const StreamHeaps& heaps) const {
   for (const StreamHeaps::RetiringMapping& r : heaps.retiring) {
-    if (r.fence > heaps.completed_fence) return true;
+    if (!heaps.fence_done(r.fence)) return true;
   }
   return false;
 }
@@ -148,20 +148,17 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
                                                             Block* best_fit) const {
   constexpr int kCandidates = 5;
   Placement best = best_place_in(best_fit, size);
-  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
-    if (best.needs_nothing()) return;
+  const auto consider = [&](Block* candidate) {
     const Placement place = best_place_in(candidate, size);
     if (place.cost < best.cost) best = place;
+  };
+  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
+    if (!best.needs_nothing()) consider(candidate);
   });
   // Each of them would stop the thread until the GPU has run the work still using an old
   // address there: the GPU's queue would run dry. Any fit that does not wait is better, however
   // many pages it must map (the span's unmapped tail always is one).
-  if (best.cost.first) {
-    index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* candidate) {
-      const Placement place = best_place_in(candidate, size);
-      if (place.cost < best.cost) best = place;
-    });
-  }
+  if (best.cost.first) index.for_each_fit(size, std::numeric_limits<int>::max(), consider);
   return best;
 }
 
@@ -394,11 +391,11 @@ inline std::size_t CachingAllocator::Impl::unmap_idle_chunks(PoolKind pool, std:
       };
       std::optional<std::size_t> head = span->first_mapped(first, last, qualifies);
       if (!head) continue;
-      if (b->freed_at_fence > heaps->completed_fence) {
+      if (!heaps->fence_done(b->freed_at_fence)) {
         issue_fence(*heaps);
         poll_fences(*heaps);
         if (wait) wait_for_fence(*heaps, b->freed_at_fence);
-        if (b->freed_at_fence > heaps->completed_fence) continue;
+        if (!heaps->fence_done(b->freed_at_fence)) continue;
       }
       for (; head && unmapped < count; head = span->first_mapped(*head + 1, last, qualifies)) {
         unmapped += unmap_idle_chunk(*span, *head, b->freed_at_fence);

@@ -88,6 +88,8 @@ struct alignas(64) StreamHeaps {
   // once fence n has completed.
   std::uint64_t next_fence = 1;
   std::uint64_t completed_fence = 0;
+  // Whether fence `fence` of this stream has completed: then the work queued before it is done.
+  bool fence_done(std::uint64_t fence) const { return fence <= completed_fence; }
   bool page_freed_since_last_fence = false;
   std::deque<std::pair<EventHandle, std::uint64_t>> outstanding_fences;
   // Old addresses of chunks aliased to a new address of this stream (alias_pending_pages): still
