@@ -23,6 +23,7 @@
 #include "accounting/tag_registry.hpp"
 #include "allocator/caching_allocator.hpp"
 #include "allocator/simulated/simulated_device.hpp"
+#include "allocator/text_format.hpp"
 #include "tests/stress/concat.hpp"
 #include "tests/stress/reference_model.hpp"
 #include "tests/stress/stress_env.hpp"
@@ -193,8 +194,8 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         const AllocationInfo info = allocator_->describe(ptr);
         if (info.base != ptr || info.requested != bytes || info.stream != stream ||
             info.tag != tag || info.size < bytes) {
-          return concat("describe() of the new block disagrees: base ", hex(info.base), " size ",
-                        info.size, " requested ", info.requested, " stream ", hex(info.stream),
+          return concat("describe() of the new block disagrees: base ", format_hex(info.base), " size ",
+                        info.size, " requested ", info.requested, " stream ", format_hex(info.stream),
                         " tag ", info.tag);
         }
         const LiveBlock block{bytes, info.size, stream, tag};
@@ -215,11 +216,11 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         // Strong guarantee: a failed free (an injected record_event fault) leaves it allocated.
         const bool still_owned = allocator_->owns(ptr);
         if (record.outcome == "ok") {
-          if (still_owned) return concat("freed block ", hex(ptr), " is still owned");
+          if (still_owned) return concat("freed block ", format_hex(ptr), " is still owned");
           model_.erase(ptr);
           note_work_still_using(ptr, freed);
         } else if (!still_owned) {
-          return concat("free of ", hex(ptr), " failed but the block is gone: ", record.outcome);
+          return concat("free of ", format_hex(ptr), " failed but the block is gone: ", record.outcome);
         }
         return std::nullopt;
       }
@@ -341,7 +342,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
         continue;
       }
       if (!device_.is_range_accessible(work.address, work.size)) {
-        return concat("freed block ", hex(work.address), " (", work.size,
+        return concat("freed block ", format_hex(work.address), " (", work.size,
                       " B) lost its pages while work queued before its free may still use them");
       }
       ++i;
@@ -351,7 +352,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
 
   std::optional<std::string> check_accessible(DevicePtr address, const LiveBlock& block) const {
     if (device_.is_range_accessible(address, block.size)) return std::nullopt;
-    return concat("live block [", hex(address), ", +", block.size,
+    return concat("live block [", format_hex(address), ", +", block.size,
                   ") is not accessible on the device");
   }
 
@@ -416,7 +417,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
       try {
         allocator_->deallocate(ptr);
       } catch (const Error& error) {
-        return concat("drain: free of ", hex(ptr), " failed: ", error.what());
+        return concat("drain: free of ", format_hex(ptr), " failed: ", error.what());
       }
       model_.erase(ptr);
     }
@@ -442,7 +443,7 @@ class RandomizedStress : public testing::TestWithParam<Heap> {
     std::string text;
     for (const StepRecord& r : recent_) {
       text += concat("  step ", r.step, ": ", op_name(r.op));
-      if (r.address != 0) text += concat(" ", hex(r.address));
+      if (r.address != 0) text += concat(" ", format_hex(r.address));
       if (r.value != 0) text += concat(" value=", r.value);
       text += concat(" -> ", r.outcome, "\n");
     }

@@ -1,23 +1,17 @@
 #include "tests/stress/reference_model.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <iterator>
 
+#include "allocator/text_format.hpp"
 #include "tests/stress/concat.hpp"
 
 namespace vramledger::stress {
 
-std::string hex(DevicePtr address) {
-  char text[32];
-  std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(address));
-  return text;
-}
-
 namespace {
 std::string describe_block(DevicePtr address, const LiveBlock& block) {
-  return concat("[", hex(address), ", ", hex(address + block.size), ") requested ",
-                block.requested, " on stream ", hex(block.stream));
+  return concat("[", format_hex(address), ", ", format_hex(address + block.size), ") requested ",
+                block.requested, " on stream ", format_hex(block.stream));
 }
 }  // namespace
 
@@ -63,21 +57,21 @@ std::optional<std::string> ReferenceModel::compare_with(
     DevicePtr cursor = segment.address;
     for (const BlockInfo& info : segment.blocks) {
       if (info.address != cursor) {
-        return concat("blocks of range ", hex(segment.address), " do not tile it: gap or overlap at ",
-                      hex(cursor), " (next block starts at ", hex(info.address), ")");
+        return concat("blocks of range ", format_hex(segment.address), " do not tile it: gap or overlap at ",
+                      format_hex(cursor), " (next block starts at ", format_hex(info.address), ")");
       }
       cursor += info.size;
       if (info.allocated) allocated.emplace(info.address, &info);
     }
     if (cursor != segment.address + segment.size) {
-      return concat("blocks of range ", hex(segment.address), " end at ", hex(cursor),
-                    ", not at the range's end ", hex(segment.address + segment.size));
+      return concat("blocks of range ", format_hex(segment.address), " end at ", format_hex(cursor),
+                    ", not at the range's end ", format_hex(segment.address + segment.size));
     }
   }
   std::sort(ranges.begin(), ranges.end());
   for (std::size_t i = 1; i < ranges.size(); ++i) {
     if (ranges[i].first < ranges[i - 1].second) {
-      return concat("ranges at ", hex(ranges[i - 1].first), " and ", hex(ranges[i].first),
+      return concat("ranges at ", format_hex(ranges[i - 1].first), " and ", format_hex(ranges[i].first),
                     " overlap");
     }
   }
@@ -93,7 +87,7 @@ std::optional<std::string> ReferenceModel::compare_with(
     }
     const BlockInfo& info = *it->second;
     if (info.size != block.size || info.requested != block.requested || info.tag != block.tag) {
-      return concat("block ", hex(address), ": allocator says size ", info.size, " requested ",
+      return concat("block ", format_hex(address), ": allocator says size ", info.size, " requested ",
                     info.requested, " tag ", info.tag, ", model ", block.size, " / ",
                     block.requested, " / ", block.tag);
     }

@@ -45,6 +45,4 @@ class ReferenceModel {
   std::size_t allocated_bytes_ = 0;
 };
 
-std::string hex(DevicePtr address);
-
 }  // namespace vramledger::stress
