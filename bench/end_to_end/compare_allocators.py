@@ -53,7 +53,7 @@ Workloads:
 
 Per run: peak reserved (torch.cuda.max_memory_reserved), peak requested
 (memory_stats()["requested_bytes.all.peak"]) and peak allocated, their ratio, per-step wall times
-(torch.cuda.synchronize() around each step; median and p90 after the warm-up steps), the
+(torch.cuda.synchronize() around each step, the garbage collector run before it and off inside; median and p90 after the warm-up steps), the
 process's wall time, and each step's loss as a float hex string (generation: a SHA-256 of each
 step's token ids). Deterministic settings throughout (torch.use_deterministic_algorithms(True,
 warn_only=True), cudnn.deterministic, no cudnn.benchmark, CUBLAS_WORKSPACE_CONFIG=:4096:8, the
@@ -72,6 +72,7 @@ when stopped by the time limit or a signal; 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import random
@@ -162,6 +163,24 @@ def driver_calls(vramledger) -> Tuple[int, int, int, int]:
             int((stats.get("policy") or {}).get("host_waits") or 0))
 
 
+def timed_step(synchronize, step):
+    """Runs step() between two synchronize() calls and returns (its result, seconds taken).
+    Python's cyclic garbage collector runs before it, not inside: a collection that lands in a
+    step would time the collector and free cyclic garbage (tensors included) at a point that
+    differs from run to run, which moves the allocator's frees with it. The same for every
+    allocator, so it takes noise out of the paired step ratios and nothing else."""
+    gc.collect()
+    synchronize()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        result = step()
+        synchronize()
+        return result, time.perf_counter() - t0
+    finally:
+        gc.enable()
+
+
 def profile_gpu_time(torch, workload, state, shapes) -> Dict[str, Any]:
     """GPU time per step (kernels, copies, memsets: torch.profiler's device time) over extra,
     untimed steps of the given shapes. Against native's same figure it tells where a slower step
@@ -226,17 +245,17 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
         torch.cuda.synchronize()
         built = time.perf_counter()
         step_seconds: List[float] = []
+        result["step_timing"] = "synchronized; gc.collect() before each step, gc disabled inside"
         raw_records = []
         calls_after_warmup = None  # (maps, unmaps, device allocs) when the timed steps begin
         per_step: List[List[int]] = []
         for index, shape in enumerate(schedule):
             if vramledger is not None and index == warmup:
                 calls_after_warmup = driver_calls(vramledger)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            raw_records.append(workload.step(torch, state, shape))
-            torch.cuda.synchronize()
-            step_seconds.append(time.perf_counter() - t0)
+            record, seconds = timed_step(torch.cuda.synchronize,
+                                         lambda: workload.step(torch, state, shape))
+            raw_records.append(record)
+            step_seconds.append(seconds)
             # Outside the timed region: where reserved memory and driver calls moved, step by
             # step (tells growth inside the timed steps from memory released and made again);
             # under vramledger the running totals of maps, unmaps, physical allocations and

@@ -629,3 +629,25 @@ def test_native_itself_gets_no_aba_figure():
     again = {"allocator": "native-again",
              "result": {"schedule": [1], "step_seconds": [2.0, 2.0], "warmup": 0}}
     assert ca.derive_figures(native, native, again)["paired_step_ratio_aba"] is None
+
+
+def test_timed_step_collects_before_and_keeps_the_collector_out_of_the_step():
+    import gc
+    seen = []
+    order = []
+
+    def step():
+        seen.append(gc.isenabled())
+        order.append("step")
+        return "out"
+    result, seconds = ca.timed_step(lambda: order.append("sync"), step)
+    assert result == "out" and seconds >= 0
+    assert seen == [False]                       # no collection can start inside the step
+    assert order == ["sync", "step", "sync"]     # synchronized on both sides of the timer
+    assert gc.isenabled()
+
+    def failing():
+        raise RuntimeError("step failed")
+    with pytest.raises(RuntimeError):
+        ca.timed_step(lambda: None, failing)
+    assert gc.isenabled()                        # re-enabled when the step raises
