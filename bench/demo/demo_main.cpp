@@ -199,7 +199,7 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
   std::size_t operations_done = 0;
   const ReplayResult result = replay_workload(
       workload, allocator, ledger, [&](std::uint32_t index) { return device.stream(index); },
-      [&] {
+      after_each_operation([&] {
         ++operations_done;
         const LedgerCounters counters = ledger.counters();
         const PoolCounters& all = counters.pools[stat_pool_index(StatPool::kAggregate)];
@@ -216,7 +216,7 @@ bool run_one(const Options& options, const WorkloadTrace& workload, const std::s
         at_peak.operation = operations_done;
         at_peak.report = text_report(ledger, census);
         at_peak.consistency = check_consistency(ledger, census);
-      });
+      }));
   allocator.process_completed_frees();
 
   std::printf("=== %s, conf \"%s\"\n", describe_policy(config, device.backend()).c_str(),

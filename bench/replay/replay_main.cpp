@@ -6,9 +6,12 @@
 //
 //   vramledger-replay bench/traces/corpus/*.vlt.gz
 //   vramledger-replay --conf paged_heap:false --conf "" --report trace.vlt.gz
+//   vramledger-replay --gpu-lag-ops 1000 --report-at-peak trace.vlt.gz   (where the overhead sits)
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -38,6 +41,7 @@ struct Options {
   std::vector<std::string> confs;
   double capacity_gib = 143771.0 / 1024.0;  // an H200
   bool report = false;
+  bool report_at_peak = false;
   bool check = false;
   bool timeline = false;
   std::size_t gpu_lag_ops = 0;
@@ -65,6 +69,67 @@ double metadata_number(const WorkloadTrace& trace, const std::string& key) {
   }
 }
 
+// One replay's device, books and allocator, fresh; with the simulated GPU lag when asked.
+struct ReplaySetup {
+  ReplayDevice device;
+  Ledger ledger;
+  std::unique_ptr<CachingAllocator> allocator;
+  std::unique_ptr<SimulatedGpuLag> lag;
+
+  ReplaySetup(const Config& config, const WorkloadTrace& trace, const Options& options)
+      : device(config.backend, options.capacity_gib),
+        allocator(std::make_unique<CachingAllocator>(device.backend(), &ledger, config.options)) {
+    if (options.gpu_lag_ops > 0 && device.simulated() != nullptr) {
+      std::vector<StreamHandle> streams;
+      for (std::uint32_t k = 0; k < trace.stream_handles.size(); ++k) {
+        streams.push_back(device.stream(k));
+      }
+      lag = std::make_unique<SimulatedGpuLag>(*device.simulated(), streams, options.gpu_lag_ops);
+    }
+  }
+
+  ReplayResult replay(const WorkloadTrace& trace, std::size_t stop_after = SIZE_MAX,
+                      std::function<void()> at_stop = nullptr) {
+    ReplayHooks hooks;
+    hooks.after_operation = [this] {
+      if (lag) lag->after_operation();
+    };
+    hooks.stop_after = stop_after;
+    hooks.at_stop = std::move(at_stop);
+    return replay_workload(
+        trace, *allocator, ledger, [this](std::uint32_t k) { return device.stream(k); }, hooks);
+  }
+};
+
+// The ledger's account at the instant reserved memory first reached its peak: the trace
+// replayed again, stopped after that operation, before the (simulated) GPU catches up, so
+// pending frees and pages waiting for queued work show as they stood. Where the fragmentation
+// figure comes from, which the account after the replay (everything freed) cannot say.
+void print_account_at_peak(const WorkloadTrace& trace, const Config& config,
+                           const Options& options, const ReplayResult& first,
+                           const std::string& name, const std::string& policy) {
+  ReplaySetup setup(config, trace, options);
+  std::string account;
+  std::int64_t reserved = -1;
+  setup.replay(trace, first.peak_reserved_operation, [&] {
+    const LedgerCounters counters = setup.ledger.counters();
+    reserved = counters.pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.current;
+    account = text_report(setup.ledger, setup.allocator->census());
+  });
+  std::printf("\nAccount of %s (%s) at peak reserved: after operation %zu of %zu, GPU lag %zu "
+              "operations, before the GPU caught up:\n%s\n",
+              name.c_str(), policy.c_str(), first.peak_reserved_operation + 1,
+              trace.ops.size(), options.gpu_lag_ops, account.c_str());
+  if (reserved != first.peak_reserved_bytes) {
+    // The helper thread's unmaps (unmap_in_background) run when they run; a replay that placed
+    // differently would show another instant.
+    std::printf("(this replay held %lld bytes there, not the first replay's peak %lld: the "
+                "account is of a different instant)\n",
+                static_cast<long long>(reserved),
+                static_cast<long long>(first.peak_reserved_bytes));
+  }
+}
+
 int run(const Options& options) {
   std::vector<Config> configs;
   for (const std::string& text : options.confs) configs.push_back(parse_config(text));
@@ -84,29 +149,17 @@ int run(const Options& options) {
     }
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& config = configs[i];
-      ReplayDevice device(config.backend, options.capacity_gib);
+      ReplaySetup setup(config, trace, options);
       // Several configurations of one heap would print the same label: name the setting.
-      std::string policy = describe_policy(config, device.backend());
+      std::string policy = describe_policy(config, setup.device.backend());
       if (options.confs.size() > 1 && std::find(kDefaultConfs.begin(), kDefaultConfs.end(),
                                                 options.confs[i]) == kDefaultConfs.end()) {
         policy += " [" + options.confs[i] + "]";
       }
-      Ledger ledger;
-      auto allocator = std::make_unique<CachingAllocator>(device.backend(), &ledger, config.options);
-      std::unique_ptr<SimulatedGpuLag> lag;
-      if (options.gpu_lag_ops > 0 && device.simulated() != nullptr) {
-        std::vector<StreamHandle> streams;
-        for (std::uint32_t k = 0; k < trace.stream_handles.size(); ++k) {
-          streams.push_back(device.stream(k));
-        }
-        lag = std::make_unique<SimulatedGpuLag>(*device.simulated(), streams, options.gpu_lag_ops);
-      }
-      const ReplayResult result = replay_workload(
-          trace, *allocator, ledger, [&](std::uint32_t k) { return device.stream(k); },
-          [&] {
-            if (lag) lag->after_operation();
-          });
-      lag.reset();  // the GPU catches up before the census below
+      const Ledger& ledger = setup.ledger;
+      CachingAllocator* allocator = setup.allocator.get();
+      const ReplayResult result = setup.replay(trace);
+      setup.lag.reset();  // the GPU catches up before the census below
       std::printf("%-20s %-28s %14lld %14lld %7.4f %7.4f %9llu %9llu %6llu %8.3f%s\n",
                   name.c_str(), policy.c_str(),
                   static_cast<long long>(result.peak_requested_bytes),
@@ -142,6 +195,9 @@ int run(const Options& options) {
           ++failures;
         }
       }
+      if (options.report_at_peak && i + 1 == configs.size()) {
+        print_account_at_peak(trace, config, options, result, name, policy);
+      }
       if (options.report && i + 1 == configs.size()) {
         std::printf("\nAccount after replaying %s (%s), everything freed, cache kept:\n%s\n",
                     name.c_str(), policy.c_str(), text_report(ledger, census).c_str());
@@ -163,6 +219,9 @@ int main(int argc, char** argv) {
             "allocator configuration string, repeatable (default: paged heap and segment heap)");
   app.capacity_gib("--capacity-gib", options.capacity_gib, "simulated device memory");
   app.flag("--report", options.report, "print the ledger's account after each trace");
+  app.flag("--report-at-peak", options.report_at_peak,
+           "print the ledger's account at the instant reserved memory first reached its peak "
+           "(the trace replayed again up to there)");
   app.flag("--check", options.check, "check the ledger against a recount after each replay");
   app.flag("--timeline", options.timeline,
            "also print the driver calls (creates, maps, unmaps) by tenth of the trace, and those "

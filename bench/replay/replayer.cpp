@@ -9,7 +9,7 @@ namespace vramledger {
 ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
                              const Ledger& ledger,
                              const std::function<StreamHandle(std::uint32_t)>& stream_for,
-                             const std::function<void()>& after_operation) {
+                             const ReplayHooks& hooks) {
   std::vector<StreamHandle> streams(trace.stream_handles.size());
   for (std::uint32_t i = 0; i < streams.size(); ++i) streams[i] = stream_for(i);
   // By slot, not by id: ids can be any 64-bit number (a huge one once crashed the replay).
@@ -17,12 +17,14 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
   ReplayResult result;
   // The instant reserved peaks, active memory at that instant (GMLake's "at peak" figure).
   std::int64_t peak_reserved_seen = -1;
+  std::size_t op_index = 0;
   auto observe = [&] {
     const LedgerCounters counters = ledger.counters();
     const PoolCounters& all = counters.pools[stat_pool_index(StatPool::kAggregate)];
     if (all.reserved_bytes.current > peak_reserved_seen) {
       peak_reserved_seen = all.reserved_bytes.current;
       result.active_at_peak_reserved = all.active_bytes.current;
+      result.peak_reserved_operation = op_index;
     }
   };
   // Driver calls so far and peak reserved, to tell the steady state's calls from the growth's.
@@ -35,7 +37,6 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
                  counters.pools[stat_pool_index(StatPool::kAggregate)].reserved_bytes.peak};
   };
   Calls before = calls_now();
-  std::size_t op_index = 0;
   const auto start = std::chrono::steady_clock::now();
   for (const WorkloadOp& op : trace.ops) {
     switch (op.kind) {
@@ -57,7 +58,7 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
         // Other streams still use it: its memory stays taken until the completion record.
         break;
     }
-    if (after_operation) after_operation();
+    if (hooks.after_operation) hooks.after_operation();
     const Calls after = calls_now();
     const auto made = static_cast<std::uint64_t>((after.creates - before.creates) +
                                                  (after.maps - before.maps) +
@@ -69,6 +70,10 @@ ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& alloc
       result.steady_unmaps += static_cast<std::uint64_t>(after.unmaps - before.unmaps);
     }
     before = after;
+    if (op_index == hooks.stop_after) {
+      if (hooks.at_stop) hooks.at_stop();
+      break;
+    }
     ++op_index;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

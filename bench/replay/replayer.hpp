@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "accounting/ledger.hpp"
 #include "allocator/caching_allocator.hpp"
@@ -38,14 +39,32 @@ struct ReplayResult {
   // Driver calls (creates, maps, unmaps) made in each tenth of the trace's operations.
   std::uint64_t calls_by_tenth[10] = {};
   double seconds = 0;                     // wall time of the replay loop
+  // The operation (0-based) after which reserved memory first stood at its final peak.
+  std::size_t peak_reserved_operation = 0;
 };
 
+// Optional hooks of a replay: `after_operation` runs after each replayed operation (e.g.
+// SimulatedGpuLag); `at_stop` runs after operation `stop_after` (the replay then ends there,
+// before the cleanup frees), with the allocator and ledger as that operation left them.
+struct ReplayHooks {
+  std::function<void()> after_operation;
+  std::size_t stop_after = SIZE_MAX;
+  std::function<void()> at_stop;
+};
+
+// Hooks that only run `after_operation` after each operation.
+inline ReplayHooks after_each_operation(std::function<void()> after_operation) {
+  ReplayHooks hooks;
+  hooks.after_operation = std::move(after_operation);
+  return hooks;
+}
+
 // `stream_for(index)` gives the backend stream standing for the trace's stream `index`.
-// `after_operation`, when given, runs after each replayed operation (e.g. SimulatedGpuLag).
-// Allocations still live at the end of the trace are freed afterwards (not counted in time).
+// Allocations still live at the end of the trace (or at hooks.stop_after) are freed afterwards
+// (not counted in time).
 ReplayResult replay_workload(const WorkloadTrace& trace, CachingAllocator& allocator,
                              const Ledger& ledger,
                              const std::function<StreamHandle(std::uint32_t)>& stream_for,
-                             const std::function<void()>& after_operation = nullptr);
+                             const ReplayHooks& hooks = {});
 
 }  // namespace vramledger

@@ -84,6 +84,20 @@ class ReplayTest(ToolTest):
         alone = self.expect_ok([REPLAY, "--conf", "map_chunk_mb:2", trace])
         self.assertNotIn("[", alone.stdout, "one setting: the label stays as it was")
 
+    def test_account_at_peak_is_the_instant_reserved_peaked(self):
+        # Reserved peaks with allocation 2 (operation 2 of 6): both blocks live then, 4,000,000
+        # bytes requested; by the end everything is freed.
+        trace = self.trace("s 0 0\na 1 1000000 0\na 2 3000000 0\nf 1\na 3 500000 0\nf 2\nf 3\n")
+        for lag in ("0", "1"):
+            result = self.expect_ok([REPLAY, "--conf", "", "--gpu-lag-ops", lag,
+                                     "--report-at-peak", trace])
+            self.assertIn(f"at peak reserved: after operation 2 of 6, GPU lag {lag} operations",
+                          result.stdout)
+            live = next(line for line in result.stdout.splitlines()
+                        if "requested by live allocations" in line)
+            self.assertTrue(live.endswith(" 4000000"), live)
+            self.assertNotIn("different instant", result.stdout)
+
     def test_dev_zero_is_refused(self):
         self.expect_error([REPLAY, "/dev/zero"], "line longer than 4096 bytes", 2)
 

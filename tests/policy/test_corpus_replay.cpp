@@ -71,9 +71,9 @@ ReplayResult replay_with(const WorkloadTrace& trace, const AllocatorOptions& opt
                              : nullptr;
   ReplayResult result = replay_workload(
       trace, allocator, ledger, [&](std::uint32_t k) { return streams.at(k); },
-      [&] {
+      after_each_operation([&] {
         if (lag) lag->after_operation();
-      });
+      }));
   lag.reset();
   *consistency = check_consistency(ledger, allocator.census());
   return result;
