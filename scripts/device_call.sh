@@ -5,9 +5,15 @@
 # end-to-end runs (scripts/e2e_runs.sh) — over every other GPU at once when the machine has
 # several (bench/end_to_end/parallel_runs.py), else on GPU 0 after the suite.
 #
-#   scripts/device_call.sh [--suite-s 200] [--hooks 12,14,20] [--no-suite]
-#                          [--e2e-s 300] [--runs 3] [--allocators LIST] [--workloads LIST]
+#   scripts/device_call.sh [--suite-s 260] [--hooks 12,14,20] [--no-suite]
+#                          [--e2e-s 270] [--runs 3] [--allocators LIST] [--workloads LIST]
 #                          [--steps 24] [--warmup 4] [--no-e2e]
+#
+# Time (H200): the suite's core steps ~90 s, hooks 12 and 14 ~40 s, hook 20 (torch plugin,
+# quick) the rest of --suite-s; staging ~35 s. Each (workload, allocator) process takes 10-35 s
+# (bench/end_to_end/parallel_runs.py has the figures), so on one GPU, where the end-to-end runs
+# follow the suite, choose --workloads and --runs to fit --e2e-s (all seven workloads with three
+# allocators need ~380 s per run); with N GPUs they run beside the suite on N-1 of them.
 #
 # $OUT gets: summary.txt (what ran, how long, each part's last lines), suite-summary.txt,
 # e2e-table.md, and raw.tgz with every log and JSON. Carry the tree with CLI11's headers under
@@ -15,9 +21,9 @@
 # not there either). Exit status 0 when every part that ran passed.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-suite_s=200
+suite_s=260
 hooks=12,14,20
-e2e_s=300
+e2e_s=270
 runs=3
 allocators=native,vramledger,native-again
 workloads=gpt2_train,llama_train,gpt2_generate,resnet50_train,vit_train,t5_train,two_stream_train
