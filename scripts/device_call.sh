@@ -6,8 +6,8 @@
 # several (bench/end_to_end/parallel_runs.py), else on GPU 0 after the suite.
 #
 #   scripts/device_call.sh [--suite-s 260] [--hooks 12,14,20] [--no-suite]
-#                          [--e2e-s 270] [--runs 3] [--allocators LIST] [--workloads LIST]
-#                          [--steps 24] [--warmup 4] [--no-e2e]
+#                          [--e2e-s 270] [--runs N] [--allocators LIST] [--workloads LIST]
+#                          [--steps N] [--warmup N] [--no-e2e]   (e2e_runs.sh's defaults)
 #
 # Time (H200): the suite's core steps ~90 s, hooks 12 and 14 ~40 s, hook 20 (torch plugin,
 # quick) the rest of --suite-s; staging ~35 s. Each (workload, allocator) process takes 10-35 s
@@ -24,11 +24,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 suite_s=260
 hooks=12,14,20
 e2e_s=270
-runs=3
-allocators=native,vramledger,native-again
-workloads=gpt2_train,llama_train,gpt2_generate,resnet50_train,vit_train,t5_train,two_stream_train
-steps=24
-warmup=4
+e2e_args=()  # --runs, --allocators, --workloads, --steps, --warmup: e2e_runs.sh's defaults unless given
 do_suite=1
 do_e2e=1
 while (($#)); do
@@ -37,11 +33,7 @@ while (($#)); do
     --hooks) hooks=$2; shift 2 ;;
     --no-suite) do_suite=0; shift ;;
     --e2e-s) e2e_s=$2; shift 2 ;;
-    --runs) runs=$2; shift 2 ;;
-    --allocators) allocators=$2; shift 2 ;;
-    --workloads) workloads=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --warmup) warmup=$2; shift 2 ;;
+    --runs|--allocators|--workloads|--steps|--warmup) e2e_args+=("$1" "$2"); shift 2 ;;
     --no-e2e) do_e2e=0; shift ;;
     *) echo "device_call: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -81,8 +73,7 @@ fi
 
 run_e2e() {  # GPU ids, how many
   CUDA_VISIBLE_DEVICES=$1 PYTHONPATH=$repo/build-torch-gpu-stage \
-    bash "$repo/scripts/e2e_runs.sh" --gpus "$2" --runs "$runs" --allocators "$allocators" \
-    --workloads "$workloads" --steps "$steps" --warmup "$warmup" --budget-s "$e2e_s" \
+    bash "$repo/scripts/e2e_runs.sh" --gpus "$2" "${e2e_args[@]}" --budget-s "$e2e_s" \
     --out "$raw/e2e" --commit "$commit" >"$raw/e2e.log" 2>&1
   local code=$?
   note "e2e on GPU(s) $1: exit $code"
