@@ -204,16 +204,17 @@ inline std::pair<std::size_t, std::size_t> CachingAllocator::Impl::backed_bytes(
   std::size_t previous_page = SIZE_MAX;
   const DevicePtr end = address + size;
   range.for_each_mapped(page_of(range, address), page_of(range, end - 1) + 1,
-                  [&](std::size_t page) {
-                    const DevicePtr page_start = range.base + page * page_bytes_;
-                    const std::size_t overlap = std::min(end, page_start + page_bytes_) -
-                                                std::max(address, page_start);
-                    total += overlap;
-                    run = (previous_page != SIZE_MAX && page == previous_page + 1) ? run + overlap
-                                                                                   : overlap;
-                    longest = std::max(longest, run);
-                    previous_page = page;
-                  });
+                        [&](std::size_t page) {
+                          const DevicePtr page_start = range.base + page * page_bytes_;
+                          const std::size_t overlap = std::min(end, page_start + page_bytes_) -
+                                                      std::max(address, page_start);
+                          total += overlap;
+                          const bool follows = previous_page != SIZE_MAX &&
+                                               page == previous_page + 1;
+                          run = follows ? run + overlap : overlap;
+                          longest = std::max(longest, run);
+                          previous_page = page;
+                        });
   return {total, longest};
 }
 

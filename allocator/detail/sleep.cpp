@@ -151,7 +151,9 @@ inline std::size_t CachingAllocator::Impl::release_sleeping_pages(
       const Block& b = *s->block;
       if (b.range != span) continue;
       span->for_each_mapped(page_of(*span, b.address), page_of(*span, b.end() - 1) + 1,
-                      [&](std::size_t page) { heads.push_back(span->page_mapping[page].head); });
+                            [&](std::size_t page) {
+                              heads.push_back(span->page_mapping[page].head);
+                            });
     }
     std::sort(heads.begin(), heads.end());
     heads.erase(std::unique(heads.begin(), heads.end()), heads.end());

@@ -53,14 +53,14 @@ Workloads:
 
 Per run: peak reserved (torch.cuda.max_memory_reserved), peak requested
 (memory_stats()["requested_bytes.all.peak"]) and peak allocated, their ratio, per-step wall times
-(torch.cuda.synchronize() around each step, the garbage collector run before it and off inside; median and p90 after the warm-up steps), the
-process's wall time, and each step's loss as a float hex string (generation: a SHA-256 of each
-step's token ids). Deterministic settings throughout (torch.use_deterministic_algorithms(True,
-warn_only=True), cudnn.deterministic, no cudnn.benchmark, CUBLAS_WORKSPACE_CONFIG=:4096:8, the
-math attention kernel, losses through gather rather than nll_loss), so any difference between
-allocators is a finding. When a vramledger run differs from native, native is run once more
-(time permitting) to tell an allocator-caused difference from a workload that is not
-reproducible at all.
+(torch.cuda.synchronize() around each step, the garbage collector run before it and off inside;
+median and p90 after the warm-up steps), the process's wall time, and each step's loss as a float
+hex string (generation: a SHA-256 of each step's token ids). Deterministic settings throughout
+(torch.use_deterministic_algorithms(True, warn_only=True), cudnn.deterministic, no
+cudnn.benchmark, CUBLAS_WORKSPACE_CONFIG=:4096:8, the math attention kernel, losses through gather
+rather than nll_loss), so any difference between allocators is a finding. When a vramledger run
+differs from native, native is run once more (time permitting) to tell an allocator-caused
+difference from a workload that is not reproducible at all.
 
 Output in --out: compare_allocators.json (every raw figure), compare_allocators.md (tables),
 compare_allocators.svg (plots), logs/ (one log per process), runs/ (each child's result).

@@ -24,9 +24,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from e2e_workloads import WORKLOADS  # noqa: E402  (no torch: the workloads' names and shapes)
 
 # Seconds per (workload, allocator) process on the H200 at 24 steps (2026-12-03, a47059b): the
 # start-up (imports, model build, first steps) dominates; only the order of the units uses it.
@@ -68,7 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--allocators", default="native,vramledger,native-again")
-    parser.add_argument("--workloads", default=",".join(SECONDS_PER_PROCESS))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--budget-s", type=float, default=540)
