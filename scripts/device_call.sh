@@ -7,7 +7,8 @@
 #
 #   scripts/device_call.sh [--suite-s 260] [--hooks 12,14,20] [--no-suite]
 #                          [--e2e-s 270] [--runs N] [--allocators LIST] [--workloads LIST]
-#                          [--steps N] [--warmup N] [--no-e2e]   (e2e_runs.sh's defaults)
+#                          [--steps N] [--warmup N] [--together] [--no-e2e]
+#                          (e2e_runs.sh's defaults)
 #
 # Time (H200): the suite's core steps ~90 s, hooks 12 and 14 ~40 s, hook 20 (torch plugin,
 # quick) the rest of --suite-s; staging ~35 s. Each (workload, allocator) process takes 10-35 s
@@ -34,6 +35,7 @@ while (($#)); do
     --no-suite) do_suite=0; shift ;;
     --e2e-s) e2e_s=$2; shift 2 ;;
     --runs|--allocators|--workloads|--steps|--warmup) e2e_args+=("$1" "$2"); shift 2 ;;
+    --together) e2e_args+=("$1"); shift ;;
     --no-e2e) do_e2e=0; shift ;;
     *) echo "device_call: unknown argument $1" >&2; exit 2 ;;
   esac

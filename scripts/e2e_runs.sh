@@ -8,6 +8,8 @@
 #   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger,native-again] [--workloads NAMES]
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
 #                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
+#                       [--together]   (each workload's allocators at once on one GPU, in lock
+#                                       step: compare_allocators.py --together)
 #                       [--gpus N]   (N > 1: the (run, workload) units spread over N GPUs at once,
 #                                     bench/end_to_end/parallel_runs.py; each unit's allocators
 #                                     still share one GPU and run back to back)
@@ -33,6 +35,7 @@ warmup=4
 budget=540
 profile_steps=0
 gpus=1
+together=()
 out=""
 commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${VRAMLEDGER_GIT_COMMIT:-unknown}")
 while (($#)); do
@@ -47,6 +50,7 @@ while (($#)); do
     --commit) commit=$2; shift 2 ;;
     --profile-steps) profile_steps=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
+    --together) together=(--together); shift ;;
     *) echo "e2e_runs: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -60,7 +64,8 @@ export PYTHONPATH=${PYTHONPATH:-$repo/build-torch-gpu-stage}
 if ((gpus > 1)); then
   exec python3 "$repo/bench/end_to_end/parallel_runs.py" --gpus "$gpus" --runs "$runs" \
     --allocators "$allocators" --workloads "$workloads" --steps "$steps" --warmup "$warmup" \
-    --budget-s "$budget" --out "$out" --commit "$commit" --profile-steps "$profile_steps"
+    --budget-s "$budget" --out "$out" --commit "$commit" --profile-steps "$profile_steps" \
+    "${together[@]}"
 fi
 per_run=$((budget / runs))
 jsons=()
@@ -70,7 +75,8 @@ for ((run = 1; run <= runs; run++)); do
   ((run % 2 == 0)) && order=(--native-last)   # alternate who runs first
   python3 "$repo/bench/end_to_end/compare_allocators.py" --only "$allocators,$workloads" \
     --steps "$steps" --warmup "$warmup" --out "$out/run$run" --commit "$commit" \
-    --time-limit-s "$per_run" --no-matplotlib --profile-steps "$profile_steps" "${order[@]}" >"$out/run$run.log" 2>&1
+    --time-limit-s "$per_run" --no-matplotlib --profile-steps "$profile_steps" "${order[@]}" \
+    "${together[@]}" >"$out/run$run.log" 2>&1
   echo "    exit $?: $(grep '^SUMMARY' "$out/run$run.log" | tail -n 1)"
   [[ -f "$out/run$run/compare_allocators.json" ]] && jsons+=("$out/run$run/compare_allocators.json")
 done

@@ -4,6 +4,7 @@ losses (or generated tokens) are bitwise identical to PyTorch's native allocator
 
     python3 bench/end_to_end/compare_allocators.py --out DIR [--quick] [--only NAMES]
         [--gpus N] [--time-limit-s S] [--run-timeout-s S] [--steps N --warmup N] [--commit SHA]
+        [--together]   (a workload's allocators at once on one GPU, in lock step: step_barrier.py)
     python3 bench/end_to_end/compare_allocators.py --dry-run [...]     # the plan, nothing run
     python3 bench/end_to_end/compare_allocators.py --render DIR/compare_allocators.json
 
@@ -76,6 +77,7 @@ import gc
 import hashlib
 import os
 import random
+import shutil
 import sys
 import threading
 import time
@@ -88,6 +90,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
 import e2e_common as common  # noqa: E402
+from step_barrier import StepBarrier  # noqa: E402
 
 SCHEMA = "vramledger-end-to-end/1"
 GiB = float(1 << 30)
@@ -163,16 +166,19 @@ def driver_calls(vramledger) -> Tuple[int, int, int, int]:
             int((stats.get("policy") or {}).get("host_waits") or 0))
 
 
-def timed_step(synchronize, step):
+def timed_step(synchronize, step, before_start: Optional[Callable[[], None]] = None):
     """Runs step() between two synchronize() calls and returns (its result, seconds taken).
     Python's cyclic garbage collector runs before it, not inside: a collection that lands in a
     step would time the collector and free cyclic garbage (tensors included) at a point that
     differs from run to run, which moves the allocator's frees with it. The same for every
-    allocator, so it takes noise out of the paired step ratios and nothing else."""
+    allocator, so it takes noise out of the paired step ratios and nothing else. before_start
+    (the --together lock step) runs after the synchronize, outside the timed region."""
     gc.collect()
     synchronize()
     gc.disable()
     try:
+        if before_start is not None:
+            before_start()
         t0 = time.perf_counter()
         result = step()
         synchronize()
@@ -209,12 +215,25 @@ def profile_gpu_time(torch, workload, state, shapes) -> Dict[str, Any]:
 
 
 def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int, seed: int,
-               result_file: Path, profile_steps: int = 0) -> int:
-    """One (workload, allocator) run in this fresh process; writes result_file."""
+               result_file: Path, profile_steps: int = 0,
+               barrier: Optional[StepBarrier] = None) -> int:
+    """One (workload, allocator) run in this fresh process; writes result_file. With a barrier
+    (--together), every step starts when the sibling processes have reached it too."""
     common.die_with_parent()
     started = time.perf_counter()
     result: Dict[str, Any] = {"workload": workload_name, "allocator": allocator_name,
                               "status": "error", "steps": steps, "warmup": warmup, "seed": seed}
+    try:
+        return _child_steps(workload_name, allocator_name, steps, warmup, seed, result_file,
+                            profile_steps, barrier, started, result)
+    finally:
+        if barrier is not None:
+            barrier.leave()
+
+
+def _child_steps(workload_name: str, allocator_name: str, steps: int, warmup: int, seed: int,
+                 result_file: Path, profile_steps: int, barrier: Optional[StepBarrier],
+                 started: float, result: Dict[str, Any]) -> int:
     try:
         workload = WORKLOADS[workload_name]
         allocator = ALLOCATORS[allocator_name]
@@ -252,8 +271,9 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
         for index, shape in enumerate(schedule):
             if vramledger is not None and index == warmup:
                 calls_after_warmup = driver_calls(vramledger)
-            record, seconds = timed_step(torch.cuda.synchronize,
-                                         lambda: workload.step(torch, state, shape))
+            record, seconds = timed_step(
+                torch.cuda.synchronize, lambda: workload.step(torch, state, shape),
+                (lambda: barrier.wait(index)) if barrier is not None else None)
             raw_records.append(record)
             step_seconds.append(seconds)
             # Outside the timed region: where reserved memory and driver calls moved, step by
@@ -263,6 +283,9 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
             per_step.append([torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()]
                             + (list(driver_calls(vramledger)) if vramledger is not None else []))
         finished = time.perf_counter()
+        if barrier is not None:  # the profiled steps below run alone, not in lock step
+            barrier.leave()
+            result["lock_step"] = barrier.record()
         if profile_steps > 0:   # after the timed steps: the profiler's cost stays out of them
             try:
                 result["profile"] = profile_gpu_time(torch, workload, state,
@@ -368,12 +391,16 @@ def run_key(workload: str, allocator: str, control: bool = False) -> str:
     return f"{workload}.{allocator}" + (".control" if control else "")
 
 
-def child_command(args, workload: str, allocator: str, result_file: Path) -> List[str]:
+def child_command(args, workload: str, allocator: str, result_file: Path,
+                  barrier: Optional[Tuple[Path, List[str]]] = None) -> List[str]:
     steps, warmup = steps_of(workload, args)
-    return [args.python, str(Path(__file__).resolve()), "--child", workload,
-            "--allocator", allocator, "--steps", str(steps), "--warmup", str(warmup),
-            "--seed", str(args.seed), "--result-file", str(result_file),
-            "--profile-steps", str(args.profile_steps)]
+    command = [args.python, str(Path(__file__).resolve()), "--child", workload,
+               "--allocator", allocator, "--steps", str(steps), "--warmup", str(warmup),
+               "--seed", str(args.seed), "--result-file", str(result_file),
+               "--profile-steps", str(args.profile_steps)]
+    if barrier is not None:
+        command += ["--barrier", str(barrier[0]), "--barrier-parties", ",".join(barrier[1])]
+    return command
 
 
 class Runner:
@@ -403,7 +430,8 @@ class Runner:
         return max(walls) * RUN_LENGTH_MARGIN if walls else None
 
     def run_one(self, workload: str, allocator: str, gpu: Optional[str],
-                control: bool = False) -> Dict[str, Any]:
+                control: bool = False,
+                barrier: Optional[Tuple[Path, List[str]]] = None) -> Dict[str, Any]:
         key = run_key(workload, allocator, control)
         record: Dict[str, Any] = {"key": key, "workload": workload, "allocator": allocator,
                                   "control": control, "gpu": gpu, "status": "not_run"}
@@ -428,9 +456,10 @@ class Runner:
             env = common.child_environment(ALLOCATORS[allocator].env, gpu)
             print(f"[{time.strftime('%H:%M:%S')}] {key} on GPU {gpu} (limit {timeout:.0f}s)",
                   flush=True)
-            outcome = common.run_process(self.command_for(self.args, workload, allocator,
-                                                          result_file),
-                                         env, timeout, log_file, self.registry)
+            command = (self.command_for(self.args, workload, allocator, result_file, barrier)
+                       if barrier is not None else
+                       self.command_for(self.args, workload, allocator, result_file))
+            outcome = common.run_process(command, env, timeout, log_file, self.registry)
             record.update(exit_code=outcome.exit_code, wall_s=round(outcome.wall_s, 3),
                           timeout_s=round(timeout, 1), log=str(log_file.relative_to(self.out)))
             result = common.read_json(result_file) or {}
@@ -477,7 +506,35 @@ class Runner:
             if record["status"] == "no_gpu":
                 self.registry.stopped = True   # nothing else can run either
 
+    def run_lane_together(self, workloads: List[str], allocators: List[str],
+                          gpu: Optional[str]) -> None:
+        """--together: each workload's allocators at once on this GPU, in lock step."""
+        for workload in workloads:
+            folder = self.out / "barriers" / workload
+            shutil.rmtree(folder, ignore_errors=True)
+            group = [threading.Thread(target=self.run_one, args=(workload, a, gpu),
+                                      kwargs={"barrier": (folder, allocators)}, daemon=True)
+                     for a in allocators]
+            for thread in group:
+                thread.start()
+            for thread in group:
+                thread.join()
+            if any(r["status"] == "no_gpu" for r in self.doc["runs"]):
+                self.registry.stopped = True
+
     def run(self, workloads: List[str], allocators: List[str], gpus: List[str]) -> None:
+        if self.args.together:
+            per_gpu = [workloads[i::len(gpus)] for i in range(len(gpus))]
+            self.threads = [threading.Thread(target=self.run_lane_together,
+                                             args=(mine, allocators, gpu), daemon=True)
+                            for mine, gpu in zip(per_gpu, gpus) if mine]
+            for thread in self.threads:
+                thread.start()
+            for thread in self.threads:
+                while thread.is_alive():
+                    thread.join(0.5)
+            self.run_controls()
+            return
         lanes: List[List[Tuple[str, str]]] = [[] for _ in gpus]
         # --native-last runs each workload's allocators in the reverse order, so that a series
         # of invocations alternating it cancels any advantage of running first (GPU clocks,
@@ -655,6 +712,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--native-last", action="store_true",
                         help="run each workload's allocators in the reverse order, native last "
                              "(alternate it between invocations so running first favours none)")
+    parser.add_argument("--together", action="store_true",
+                        help="run each workload's allocators at the same time on one GPU, every "
+                             "step in lock step (step_barrier.py): the host's drift then hits "
+                             "all alike; they share the GPU, which native-again's A/A measures")
     parser.add_argument("--steps", type=int, help="steps per run (default: per workload)")
     parser.add_argument("--warmup", type=int, help="untimed first steps (default: per workload)")
     parser.add_argument("--seed", type=int, default=0)
@@ -669,6 +730,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--allocator", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier", help=argparse.SUPPRESS)
+    parser.add_argument("--barrier-parties", help=argparse.SUPPRESS)
     return parser
 
 
@@ -680,6 +743,7 @@ def new_document(args, workloads: List[str], allocators: List[str]) -> Dict[str,
                  "seed": args.seed, "quick": args.quick, "gpus": args.gpus,
                  "time_limit_s": args.time_limit_s, "run_timeout_s": args.run_timeout_s,
                  "native_last": args.native_last, "max_ratio": args.max_ratio,
+                 "together": args.together,
                  "plot": "svg-writer" if args.no_matplotlib else "auto"},
         "plan": {"workloads": workloads, "allocators": allocators,
                  "allocator_specs": {a: {"description": ALLOCATORS[a].description,
@@ -704,8 +768,12 @@ def main(argv: Optional[Sequence[str]] = None,
                 or not args.result_file or args.steps is None or args.warmup is None):
             parser.error("--child needs a known workload, --allocator, --steps, --warmup and "
                          "--result-file")
+        barrier = None
+        if args.barrier:
+            barrier = StepBarrier(Path(args.barrier), args.allocator,
+                                  (args.barrier_parties or args.allocator).split(","))
         return child_main(args.child, args.allocator, args.steps, args.warmup, args.seed,
-                          Path(args.result_file), args.profile_steps)
+                          Path(args.result_file), args.profile_steps, barrier)
     if args.render:
         doc = common.read_json(Path(args.render))
         if doc is None or doc.get("schema") != SCHEMA:

@@ -75,6 +75,10 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         "requested · median step time after the warm-up steps. Every run is a fresh process; "
         "the same seeds and shape schedule in every column.",
         "",
+        *(["**Together** (--together): each workload's allocators ran at the same time on one "
+           "GPU, every step started in lock step, so step i of each column ran at the same "
+           "moment (the paired ratios compare simultaneous steps; they shared the GPU).", ""]
+          if meta.get("together") else []),
         "| workload | " + " | ".join(allocators) + " | losses identical to native |",
         "|---|" + "---|" * len(allocators) + "---|",
     ]

@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--commit", default=os.environ.get("VRAMLEDGER_GIT_COMMIT", "unknown"))
     parser.add_argument("--profile-steps", type=int, default=0)
+    parser.add_argument("--together", action="store_true",
+                        help="each unit's allocators at once, in lock step (compare_allocators)")
     args = parser.parse_args(argv)
     if args.gpus < 1 or args.runs < 1:
         parser.error("--gpus and --runs must be at least 1")
@@ -107,6 +109,8 @@ def main(argv=None) -> int:
                        "--out", str(unit_out), "--commit", args.commit,
                        "--time-limit-s", str(int(left)), "--no-matplotlib",
                        "--profile-steps", str(args.profile_steps)]
+            if args.together:
+                command.append("--together")
             if run % 2 == 0:
                 command.append("--native-last")  # alternate who runs first, as e2e_runs.sh does
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)

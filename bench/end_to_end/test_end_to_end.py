@@ -119,6 +119,14 @@ result = {{"status": "ok", "workload": name, "allocator": allocator, "record_kin
           "p90_step_ms": max(measured), "peak_reserved_bytes": int(reserved),
           "peak_requested_bytes": None if allocator == "malloc_async" else 8 * {GiB},
           "peak_allocated_bytes": 8 * {GiB} + 4096}}
+if "--barrier" in opts:   # --together: step in lock step with the siblings, as the real child
+    from step_barrier import StepBarrier
+    barrier = StepBarrier(opts["--barrier"], allocator, opts["--barrier-parties"].split(","),
+                          timeout_s=30)
+    for index in range(steps):
+        barrier.wait(index)
+    barrier.leave()
+    result["lock_step"] = barrier.record()
 if allocator.startswith("vramledger"):
     result["vramledger_stats"] = {{"backend": "fake", "paged_heap": True, "num_device_alloc": 3,
                                   "num_maps": 10, "num_unmaps": 2,
@@ -651,3 +659,57 @@ def test_timed_step_collects_before_and_keeps_the_collector_out_of_the_step():
     with pytest.raises(RuntimeError):
         ca.timed_step(lambda: None, failing)
     assert gc.isenabled()                        # re-enabled when the step raises
+
+
+def test_step_barrier_keeps_parties_in_step_and_lets_a_leaver_go(tmp_path):
+    from step_barrier import StepBarrier
+    import threading
+    seen = []
+    late = StepBarrier(tmp_path, "b", ["a", "b"], timeout_s=10)
+    def other():
+        time.sleep(0.3)
+        late.wait(0)
+        seen.append(("b", 0, time.perf_counter()))
+        late.leave()                      # b takes no second step
+    thread = threading.Thread(target=other)
+    early = StepBarrier(tmp_path, "a", ["a", "b"], timeout_s=10)
+    started = time.perf_counter()
+    thread.start()
+    early.wait(0)
+    assert time.perf_counter() - started >= 0.25, "a went on before b reached step 0"
+    thread.join()
+    early.wait(1)                         # b left: no wait, no break
+    assert early.broken_at is None and early.record()["waited_s"] >= 0.25
+    with pytest.raises(ValueError):
+        StepBarrier(tmp_path, "c", ["a", "b"])
+
+
+def test_step_barrier_breaks_after_its_timeout_and_never_waits_again(tmp_path):
+    from step_barrier import StepBarrier
+    alone = StepBarrier(tmp_path, "a", ["a", "b"], timeout_s=0.2)
+    alone.wait(0)
+    assert alone.broken_at == 0
+    started = time.perf_counter()
+    alone.wait(1)
+    assert time.perf_counter() - started < 0.1 and alone.record()["broken_at_step"] == 0
+
+
+def test_together_runs_a_workloads_allocators_at_once_in_lock_step(tmp_path, fake_python):
+    # vramledger's child starts 1.5 s late: in lock step the others wait for it at step 0.
+    behaviour = {"gpt2_train.vramledger": "sleep:1.5"}
+    done = run_script("compare_allocators.py", fake_python, tmp_path, "--together",
+                      "--only", "gpt2_train,vramledger,native-again", "--steps", "4",
+                      "--warmup", "1", behaviour=behaviour)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = load(tmp_path)
+    assert doc["meta"]["together"] is True
+    runs = {r["allocator"]: r for r in doc["runs"]}
+    assert set(runs) == {"native", "vramledger", "native-again"}
+    for allocator, run in runs.items():
+        lock = run["result"]["lock_step"]
+        assert sorted(lock["parties"]) == ["native", "native-again", "vramledger"]
+        assert lock["broken_at_step"] is None
+        if allocator != "vramledger":
+            assert lock["waited_s"] >= 1.0, (allocator, lock)
+    # At once, not one after the other: the group took about one child's time.
+    assert doc["meta"]["total_wall_s"] < 3 * 1.5
