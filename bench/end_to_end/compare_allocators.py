@@ -507,14 +507,16 @@ class Runner:
                 self.registry.stopped = True   # nothing else can run either
 
     def run_lane_together(self, workloads: List[str], allocators: List[str],
-                          gpu: Optional[str]) -> None:
-        """--together: each workload's allocators at once on this GPU, in lock step."""
+                          gpus: List[str]) -> None:
+        """--together: each workload's allocators at once, in lock step; allocator i on
+        gpus[i % len(gpus)] (one GPU for all, or one GPU each)."""
         for workload in workloads:
             folder = self.out / "barriers" / workload
             shutil.rmtree(folder, ignore_errors=True)
-            group = [threading.Thread(target=self.run_one, args=(workload, a, gpu),
+            group = [threading.Thread(target=self.run_one,
+                                      args=(workload, a, gpus[i % len(gpus)]),
                                       kwargs={"barrier": (folder, allocators)}, daemon=True)
-                     for a in allocators]
+                     for i, a in enumerate(allocators)]
             for thread in group:
                 thread.start()
             for thread in group:
@@ -524,10 +526,17 @@ class Runner:
 
     def run(self, workloads: List[str], allocators: List[str], gpus: List[str]) -> None:
         if self.args.together:
-            per_gpu = [workloads[i::len(gpus)] for i in range(len(gpus))]
+            # With a GPU per allocator, each runs on its own (the host's drift still hits all
+            # alike, and none shares a GPU); with fewer, each workload's group shares one GPU.
+            if len(gpus) >= len(allocators):
+                self.doc["meta"]["together_layout"] = "one GPU per allocator"
+                lanes = [(workloads, gpus[:len(allocators)])]
+            else:
+                self.doc["meta"]["together_layout"] = "one GPU per workload's group"
+                lanes = [(workloads[i::len(gpus)], [gpu]) for i, gpu in enumerate(gpus)]
             self.threads = [threading.Thread(target=self.run_lane_together,
-                                             args=(mine, allocators, gpu), daemon=True)
-                            for mine, gpu in zip(per_gpu, gpus) if mine]
+                                             args=(mine, allocators, lane_gpus), daemon=True)
+                            for mine, lane_gpus in lanes if mine]
             for thread in self.threads:
                 thread.start()
             for thread in self.threads:
@@ -840,7 +849,8 @@ def main(argv: Optional[Sequence[str]] = None,
                   f"({probe['vramledger_error']}); its runs will fail (put the staged package "
                   "on PYTHONPATH)", flush=True)
         gpus = common.visible_gpu_ids(min(args.gpus, probe.get("device_count") or 1,
-                                          len(workloads)))
+                                          max(len(workloads), len(allocators))
+                                          if args.together else len(workloads)))
         doc["meta"]["gpu_ids"] = gpus
         runner.run(workloads, allocators, gpus)
     except common.Interrupted as stop:

@@ -75,9 +75,11 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         "requested · median step time after the warm-up steps. Every run is a fresh process; "
         "the same seeds and shape schedule in every column.",
         "",
-        *(["**Together** (--together): each workload's allocators ran at the same time on one "
-           "GPU, every step started in lock step, so step i of each column ran at the same "
-           "moment (the paired ratios compare simultaneous steps; they shared the GPU).", ""]
+        *([f"**Together** (--together, {meta.get('together_layout', 'one GPU per group')}): "
+           "each workload's allocators ran at the same time, every step started in lock step, "
+           "so step i of each column ran at the same moment (the paired ratios compare "
+           "simultaneous steps; on one GPU they also shared it, which evens their step times "
+           "out).", ""]
           if meta.get("together") else []),
         "| workload | " + " | ".join(allocators) + " | losses identical to native |",
         "|---|" + "---|" * len(allocators) + "---|",

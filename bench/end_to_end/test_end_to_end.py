@@ -713,3 +713,15 @@ def test_together_runs_a_workloads_allocators_at_once_in_lock_step(tmp_path, fak
             assert lock["waited_s"] >= 1.0, (allocator, lock)
     # At once, not one after the other: the group took about one child's time.
     assert doc["meta"]["total_wall_s"] < 3 * 1.5
+
+
+def test_together_with_a_gpu_per_allocator_puts_each_on_its_own(tmp_path, fake_python):
+    done = run_script("compare_allocators.py", fake_python, tmp_path, "--together", "--gpus",
+                      "3", "--only", "gpt2_train,vit_train,vramledger,native-again", "--steps",
+                      "3", "--warmup", "1", env_extra={"FAKE_GPUS": "3"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = load(tmp_path)
+    assert doc["meta"]["together_layout"] == "one GPU per allocator"
+    for workload in ("gpt2_train", "vit_train"):
+        gpus = {r["allocator"]: r["gpu"] for r in doc["runs"] if r["workload"] == workload}
+        assert gpus == {"native": "0", "vramledger": "1", "native-again": "2"}
