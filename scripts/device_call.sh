@@ -5,16 +5,19 @@
 # end-to-end runs (scripts/e2e_runs.sh) — over every other GPU at once when the machine has
 # several (bench/end_to_end/parallel_runs.py), else on GPU 0 after the suite.
 #
-#   scripts/device_call.sh [--suite-s 260] [--hooks 12,14,20] [--no-suite]
-#                          [--e2e-s 270] [--runs N] [--allocators LIST] [--workloads LIST]
+#   scripts/device_call.sh [--suite-s 420] [--hooks 12,14,20] [--no-suite]
+#                          [--e2e-s 150] [--runs N] [--allocators LIST] [--workloads LIST]
 #                          [--steps N] [--warmup N] [--together] [--no-e2e]
 #                          (e2e_runs.sh's defaults)
 #
-# Time (H200): the suite's core steps ~90 s, hooks 12 and 14 ~40 s, hook 20 (torch plugin,
-# quick) the rest of --suite-s; staging ~35 s. Each (workload, allocator) process takes 10-35 s
-# (bench/end_to_end/parallel_runs.py has the figures), so on one GPU, where the end-to-end runs
-# follow the suite, choose --workloads and --runs to fit --e2e-s (all seven workloads with three
-# allocators need ~380 s per run); with N GPUs they run beside the suite on N-1 of them.
+# Time (H200, 2026-12-04): the suite's core steps with hooks 12 and 14 ~190 s, hook 20 (torch
+# plugin, quick: build ~30 s, installed ~27 s, processes ~120 s, sleep ~70 s) ~250 s more — at
+# --suite-s 260 it was cut off in `processes`; staging ~35 s. Each (workload, allocator) process
+# takes 10-35 s (bench/end_to_end/parallel_runs.py has the figures), so on one GPU, where the
+# end-to-end runs follow the suite, choose --workloads and --runs to fit --e2e-s (all seven
+# workloads with three allocators need ~380 s per run one after another; with --together, all
+# six but gpt2_train with five allocators ~150 s per run); with N GPUs they run beside the suite
+# on N-1 of them.
 #
 # $OUT gets: summary.txt (what ran, how long, each part's last lines), suite-summary.txt,
 # e2e-table.md, and raw.tgz with every log and JSON. Carry the tree with CLI11's headers under
@@ -22,9 +25,9 @@
 # not there either). Exit status 0 when every part that ran passed.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-suite_s=260
+suite_s=420
 hooks=12,14,20
-e2e_s=270
+e2e_s=150
 e2e_args=()  # --runs, --allocators, --workloads, --steps, --warmup: e2e_runs.sh's defaults unless given
 do_suite=1
 do_e2e=1
