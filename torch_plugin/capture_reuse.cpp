@@ -68,6 +68,7 @@ bool CaptureReuse::add(void* ptr, cudaStream_t owner, const std::vector<cudaStre
   }
   std::lock_guard<std::mutex> lock(mutex_);
   pending_.push_back(std::move(pending));
+  recount_locked();
   return true;
 }
 
@@ -94,6 +95,7 @@ std::vector<void*> CaptureReuse::take_ordered_before(cudaStream_t stream) {
       ++it;
     }
   }
+  recount_locked();
   return ready;
 }
 
@@ -102,12 +104,8 @@ std::vector<void*> CaptureReuse::take_all() {
   std::vector<void*> all;
   for (const Pending& pending : pending_) all.push_back(pending.ptr);
   pending_.clear();
+  recount_locked();
   return all;
-}
-
-bool CaptureReuse::empty() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pending_.empty();
 }
 
 }  // namespace vramledger::torch_plugin

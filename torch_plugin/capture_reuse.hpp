@@ -12,6 +12,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstddef>
 #include <mutex>
 #include <vector>
 
@@ -31,7 +33,9 @@ class CaptureReuse {
   std::vector<void*> take_ordered_before(cudaStream_t stream);
   // Every noted block (the capture ended: they are freed the ordinary way).
   std::vector<void*> take_all();
-  bool empty() const;
+  // Asked by every allocation: a relaxed read of a count kept beside the notes, no lock (a note
+  // added by another thread at this instant is seen by the next allocation).
+  bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
 
  private:
   struct Pending {
@@ -39,8 +43,11 @@ class CaptureReuse {
     cudaStream_t owner = nullptr;  // the block's stream: only its later work may reuse it
     std::vector<cudaGraphNode_t> markers;  // capture positions of the other streams at the free
   };
+  void recount_locked() { count_.store(pending_.size(), std::memory_order_relaxed); }
+
   mutable std::mutex mutex_;
   std::vector<Pending> pending_;
+  std::atomic<std::size_t> count_{0};  // pending_.size(), written under mutex_
 };
 
 }  // namespace vramledger::torch_plugin

@@ -65,6 +65,7 @@ DeviceAllocators::DeviceAllocators(c10::DeviceIndex device, const Config& config
       history_(device),
       gate_(ledger_, history_) {
   paged_ = config_.options.use_paged_heap && backend_->info().supports_virtual_memory;
+  simulated_ = backend_->info().name == "simulated";
   cap_bytes_ = config_.options.cap_bytes;
   capped_backend_ = std::make_unique<CappedBackend>(*backend_, reservation_);
   default_pool_ = std::make_unique<MemoryPool>(*capped_backend_, gate_, config_.options);

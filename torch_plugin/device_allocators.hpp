@@ -63,7 +63,7 @@ class DeviceAllocators {
     return !paged_ && backend_->info().name != "malloc_async";
   }
   // No CUDA behind it (tests): no capture-mode switching either.
-  bool is_simulated() const { return backend_->info().name == "simulated"; }
+  bool is_simulated() const { return simulated_; }
   TorchHistory& history() { return history_; }
   MemoryPool& default_pool() { return *default_pool_; }
   const MemoryPool& default_pool() const { return *default_pool_; }
@@ -175,6 +175,7 @@ class DeviceAllocators {
   DeviceReservation reservation_;                  // torch's memory fraction, all pools together
   std::unique_ptr<CappedBackend> capped_backend_;  // the default pool's view of backend_
   bool paged_ = false;
+  bool simulated_ = false;  // asked on every allocation and free: not a string compare each time
   Ledger ledger_;
   TorchHistory history_;
   EventGate gate_;

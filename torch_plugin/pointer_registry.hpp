@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
+
+#include <c10/util/flat_hash_map.h>
 
 namespace vramledger::torch_plugin {
 
@@ -38,7 +39,9 @@ class PointerRegistry {
   static constexpr std::size_t kShards = 32;
   struct Shard {
     mutable std::mutex mutex;
-    std::unordered_map<void*, LiveAllocation> entries;
+    // Open addressing (torch's own flat map): an insert and an erase allocate nothing, which
+    // std::unordered_map's nodes did on every allocate + free pair.
+    ska::flat_hash_map<void*, LiveAllocation> entries;
   };
   Shard& shard_of(void* ptr) const;
 

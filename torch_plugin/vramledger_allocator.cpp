@@ -300,13 +300,22 @@ void VramledgerAllocator::raise_out_of_memory(DeviceAllocators& state, MemoryPoo
 
 void VramledgerAllocator::free_block(void* ptr) {
   if (ptr == nullptr) return;
-  std::optional<LiveAllocation> found = registry_.find(ptr);
-  TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr,
+  if (any_capture_underway()) {
+    // The free may have to wait for the capture: look before taking the entry.
+    const std::optional<LiveAllocation> found = registry_.find(ptr);
+    TORCH_CHECK(found.has_value(), "vramledger: invalid device pointer ", ptr,
+                " (not allocated by vramledger, or already freed)");
+    if (found->pool != nullptr &&
+        defer_free_during_capture(ptr, *found, *device_if_created(found->device))) {
+      return;
+    }
+  }
+  // One registry operation in the common case (no capture): take the entry at once.
+  std::optional<LiveAllocation> taken = registry_.take(ptr);
+  TORCH_CHECK(taken.has_value(), "vramledger: invalid device pointer ", ptr,
               " (not allocated by vramledger, or already freed)");
-  DeviceAllocators& state = *device_if_created(found->device);
-  if (found->pool == nullptr) {  // made while caching was disabled
-    std::optional<LiveAllocation> taken = registry_.take(ptr);
-    TORCH_CHECK(taken.has_value(), "vramledger: device pointer ", ptr, " freed twice");
+  DeviceAllocators& state = *device_if_created(taken->device);
+  if (taken->pool == nullptr) {  // made while caching was disabled
     try {
       state.free_uncached(reinterpret_cast<DevicePtr>(ptr), taken->requested,
                           reinterpret_cast<cudaStream_t>(taken->stream));
@@ -316,23 +325,6 @@ void VramledgerAllocator::free_block(void* ptr) {
     }
     return;
   }
-  if (any_capture_underway() && must_wait_for_capture(*found, !state.is_simulated())) {
-    // An event recorded in a capturing stream may not be queried until the capture ends, and a
-    // free records events: on the streams that used a block (record_stream), and on the block's
-    // own stream when the paged heap fences the pages it frees. Such frees complete when the
-    // last capture ends (torch defers cross-stream frees the same way) — or, with torch's
-    // graph_capture_record_stream_reuse, once the capture joins the other streams back.
-    if (found->used_on_other_streams && found->pool->is_private() && !state.is_simulated() &&
-        CaptureReuse::enabled() &&
-        capture_reuse_.add(ptr, reinterpret_cast<cudaStream_t>(found->stream),
-                           streams_used_by(ptr))) {
-      return;
-    }
-    state.defer_free(ptr);
-    return;
-  }
-  std::optional<LiveAllocation> taken = registry_.take(ptr);
-  TORCH_CHECK(taken.has_value(), "vramledger: device pointer ", ptr, " freed twice");
   release_ipc_export(ptr);  // before the address can be handed out again (cuda_ipc.hpp)
   state.history().gather_context_for_free();
   {
@@ -356,6 +348,24 @@ void VramledgerAllocator::free_block(void* ptr) {
   if (c10::memoryProfilingEnabled()) {
     report_to_profiler(ptr, -static_cast<std::int64_t>(taken->requested), taken->device);
   }
+}
+
+bool VramledgerAllocator::defer_free_during_capture(void* ptr, const LiveAllocation& found,
+                                                    DeviceAllocators& state) {
+  if (!must_wait_for_capture(found, !state.is_simulated())) return false;
+  // An event recorded in a capturing stream may not be queried until the capture ends, and a
+  // free records events: on the streams that used a block (record_stream), and on the block's
+  // own stream when the paged heap fences the pages it frees. Such frees complete when the
+  // last capture ends (torch defers cross-stream frees the same way) — or, with torch's
+  // graph_capture_record_stream_reuse, once the capture joins the other streams back.
+  if (found.used_on_other_streams && found.pool->is_private() && !state.is_simulated() &&
+      CaptureReuse::enabled() &&
+      capture_reuse_.add(ptr, reinterpret_cast<cudaStream_t>(found.stream),
+                         streams_used_by(ptr))) {
+    return true;
+  }
+  state.defer_free(ptr);
+  return true;
 }
 
 void VramledgerAllocator::free_ordered_in_capture(void* ptr) {

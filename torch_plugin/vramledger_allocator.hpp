@@ -140,6 +140,9 @@ class VramledgerAllocator final : public VersionedAllocator {
   [[noreturn]] void raise_out_of_memory(DeviceAllocators& device, MemoryPool& pool,
                                         std::size_t bytes, cudaStream_t stream,
                                         const std::string& detail);
+  // During a capture: whether this free must wait (deferred or noted for capture reuse, done
+  // here) rather than complete now.
+  bool defer_free_during_capture(void* ptr, const LiveAllocation& found, DeviceAllocators& state);
   // Frees a block whose other-stream uses a capture has joined back (capture_reuse.hpp).
   void free_ordered_in_capture(void* ptr);
   std::vector<cudaStream_t> streams_used_by(void* ptr);

@@ -179,6 +179,18 @@ int run(const Options& options) {
                     static_cast<unsigned long long>(result.steady_maps),
                     static_cast<unsigned long long>(result.steady_unmaps),
                     static_cast<unsigned long long>(result.host_waits));
+        // Events are host work too (cudaEventRecord / cudaEventQuery: ~1 us each on a GPU),
+        // which the driver calls above do not show.
+        if (const SimulatedDevice* simulated = setup.device.simulated()) {
+          std::printf("%-20s   events over the whole trace: %llu recorded, %llu queried, %llu "
+                      "waited for (%zu allocations)\n",
+                      "", static_cast<unsigned long long>(
+                              simulated->call_count(SimOp::kRecordEvent)),
+                      static_cast<unsigned long long>(simulated->call_count(SimOp::kQueryEvent)),
+                      static_cast<unsigned long long>(
+                          simulated->call_count(SimOp::kSynchronizeEvent)),
+                      trace.allocation_count);
+        }
       }
       if (static_cast<std::size_t>(result.peak_requested_bytes) != trace.peak_requested_bytes &&
           result.out_of_memory == 0) {
