@@ -8,8 +8,9 @@
 #   scripts/e2e_runs.sh [--runs 3] [--allocators native,vramledger,native-again] [--workloads NAMES]
 #                       [--steps 24] [--warmup 4] [--budget-s 540] [--out DIR] [--commit SHA]
 #                       [--profile-steps N]   (GPU time of N extra steps under torch.profiler)
-#                       [--together]   (each workload's allocators at once on one GPU, in lock
-#                                       step: compare_allocators.py --together)
+#                       [--together]   (each workload's allocators at once, in lock step:
+#                                       compare_allocators.py --together; on one GPU, or, with
+#                                       --gpus N >= the number of allocators, each on its own)
 #                       [--gpus N]   (N > 1: the (run, workload) units spread over N GPUs at once,
 #                                     bench/end_to_end/parallel_runs.py; each unit's allocators
 #                                     still share one GPU and run back to back)
@@ -61,7 +62,14 @@ done
 [[ -n "$out" ]] || out=build-e2e-runs
 mkdir -p "$out"
 export PYTHONPATH=${PYTHONPATH:-$repo/build-torch-gpu-stage}
-if ((gpus > 1)); then
+# --together with a GPU for each allocator: one workload at a time, each allocator on its own
+# GPU, all in lock step (the decisive step-time run: drift shared, no GPU shared).
+allocator_count=$(tr ',' '\n' <<<"$allocators" | grep -c .)
+[[ ",$allocators," == *,native,* ]] || allocator_count=$((allocator_count + 1))  # native is added
+gpu_per_allocator=()
+if ((${#together[@]} && gpus >= allocator_count)); then
+  gpu_per_allocator=(--gpus "$gpus")
+elif ((gpus > 1)); then
   exec python3 "$repo/bench/end_to_end/parallel_runs.py" --gpus "$gpus" --runs "$runs" \
     --allocators "$allocators" --workloads "$workloads" --steps "$steps" --warmup "$warmup" \
     --budget-s "$budget" --out "$out" --commit "$commit" --profile-steps "$profile_steps" \
@@ -76,7 +84,7 @@ for ((run = 1; run <= runs; run++)); do
   python3 "$repo/bench/end_to_end/compare_allocators.py" --only "$allocators,$workloads" \
     --steps "$steps" --warmup "$warmup" --out "$out/run$run" --commit "$commit" \
     --time-limit-s "$per_run" --no-matplotlib --profile-steps "$profile_steps" "${order[@]}" \
-    "${together[@]}" >"$out/run$run.log" 2>&1
+    "${together[@]}" "${gpu_per_allocator[@]}" >"$out/run$run.log" 2>&1
   echo "    exit $?: $(grep '^SUMMARY' "$out/run$run.log" | tail -n 1)"
   [[ -f "$out/run$run/compare_allocators.json" ]] && jsons+=("$out/run$run/compare_allocators.json")
 done

@@ -53,3 +53,34 @@ def test_merged_units_are_one_run_each(tmp_path):
     assert rows[("a", "vramledger")]["runs"] == [1, 2, 3]
     assert rows[("a", "vramledger")]["ratios"] == [1.001, 1.002, 1.003]
     assert rows[("b", "vramledger")]["ratios"] == [1.01] * 3
+
+
+def _e2e_runs_invocations(tmp_path, *args):
+    """Runs scripts/e2e_runs.sh with a stand-in python3 that only records how it was called."""
+    import os
+    import subprocess
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    fake = bin_dir / "python3"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\n")
+    fake.chmod(0o755)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "e2e_runs.sh"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    subprocess.run(["bash", str(script), "--out", str(tmp_path / "out"), "--runs", "1", *args],
+                   env=env, capture_output=True, text=True, timeout=60)
+    return calls.read_text().splitlines()
+
+
+def test_e2e_runs_together_gives_each_allocator_a_gpu_when_there_are_enough(tmp_path):
+    calls = _e2e_runs_invocations(tmp_path, "--together", "--gpus", "3",
+                                  "--allocators", "vramledger,native-again")  # + native = 3
+    compare = [c for c in calls if "compare_allocators.py" in c]
+    assert len(compare) == 1 and "--together" in compare[0] and "--gpus 3" in compare[0]
+    assert not any("parallel_runs.py" in c for c in calls)
+
+
+def test_e2e_runs_together_on_fewer_gpus_spreads_units_over_them(tmp_path):
+    calls = _e2e_runs_invocations(tmp_path, "--together", "--gpus", "2",
+                                  "--allocators", "native,vramledger,native-again")
+    assert len(calls) == 1 and "parallel_runs.py" in calls[0] and "--together" in calls[0]
