@@ -2,31 +2,19 @@
 // torch's CUDAAllocator entry points malloc / free_block) on the simulated device, the same
 // sizes as allocator_latency's FixedSize: the difference between the two, taken in one run on one
 // machine, is what the plugin adds to the policy and the ledger (its pointer registry, pools,
-// torch's statistics). On the simulated device the plugin uses the segment heap, so compare with
-// FixedSize/.../paged:0/front:0.
+// torch's statistics). The simulated device offers virtual memory, so the plugin uses the paged
+// heap there: compare with FixedSize/.../paged:1/front:0.
 //
 //   build-torch/torch_plugin/vramledger-bench-torch-plugin --benchmark_format=json
-//
-// Needs VRAMLEDGER_TORCH_ALLOW_SIMULATED=1 (set here before the allocator is created).
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
-#include <cstdlib>
 
+#include "tests/torch/simulated_plugin.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
 namespace vramledger::torch_plugin {
 namespace {
-
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
 
 void PluginFixedSize(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));

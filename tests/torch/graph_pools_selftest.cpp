@@ -11,21 +11,12 @@
 #include "abi/vramledger_c_api.h"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 
 namespace vramledger::torch_plugin {
 namespace {
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
-
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
 
 std::string pools_json() {
   const std::size_t length = vramledger_graph_pools(0, nullptr, 0);

@@ -26,6 +26,7 @@
 #include "torch_plugin/ipc_handle.hpp"
 #include "torch_plugin/ipc_imports.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 
 namespace vramledger::torch_plugin {
 namespace {
@@ -330,16 +331,6 @@ TEST(ImportedMemory, ManyThreadsShareAndReleaseOneMapping) {
 }
 
 // --- the plugin on the simulated device ---
-
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
 
 std::string stats_json() {
   std::string text(1 << 16, '\0');

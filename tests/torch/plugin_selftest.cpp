@@ -23,6 +23,7 @@
 #include "torch_plugin/torch_compat.hpp"
 #include "torch_plugin/torch_settings.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 #include "abi/vramledger_c_api.h"
 
 namespace vramledger::torch_plugin {
@@ -31,16 +32,6 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 constexpr auto kSmall = static_cast<std::size_t>(c10::CachingAllocator::StatType::SMALL_POOL);
-
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
 
 cudaStream_t default_stream() { return nullptr; }
 

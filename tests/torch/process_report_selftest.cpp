@@ -14,22 +14,13 @@
 #include "accounting/classification/manual_process_memory_source.hpp"
 #include "torch_plugin/process_report.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 #include "abi/vramledger_c_api.h"
 
 namespace vramledger::torch_plugin {
 namespace {
 
 constexpr std::int64_t kMiB = std::int64_t{1} << 20;
-
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created = VramledgerAllocator::get_or_create("backend:simulated");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
 
 DeviceAllocators& device0() {
   plugin();
