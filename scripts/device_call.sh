@@ -7,8 +7,10 @@
 #
 #   scripts/device_call.sh [--suite-s 420] [--hooks 12,14,20] [--no-suite]
 #                          [--e2e-s 150] [--runs N] [--allocators LIST] [--workloads LIST]
-#                          [--steps N] [--warmup N] [--together] [--no-e2e]
-#                          (e2e_runs.sh's defaults)
+#                          [--steps N] [--warmup N] [--together] [--hold ALLOCATOR] [--no-e2e]
+#                          (e2e_runs.sh's defaults; --hold vramledger with --runs 3 makes the
+#                          call fail when the default configuration misses issue 14's memory
+#                          goals: ≤ 1.02 on every workload, spread ≤ 0.005, three runs)
 #
 # Time (H200, 2026-12-04): the suite's core steps with hooks 12 and 14 ~190 s, hook 20 (torch
 # plugin, quick: build ~30 s, installed ~27 s, processes ~120 s, sleep ~70 s) ~250 s more — at
@@ -37,7 +39,7 @@ while (($#)); do
     --hooks) hooks=$2; shift 2 ;;
     --no-suite) do_suite=0; shift ;;
     --e2e-s) e2e_s=$2; shift 2 ;;
-    --runs|--allocators|--workloads|--steps|--warmup) e2e_args+=("$1" "$2"); shift 2 ;;
+    --runs|--allocators|--workloads|--steps|--warmup|--hold) e2e_args+=("$1" "$2"); shift 2 ;;
     --together) e2e_args+=("$1"); shift ;;
     --no-e2e) do_e2e=0; shift ;;
     *) echo "device_call: unknown argument $1" >&2; exit 2 ;;
@@ -82,6 +84,8 @@ run_e2e() {  # GPU ids, how many
     --out "$raw/e2e" --commit "$commit" >"$raw/e2e.log" 2>&1
   local code=$?
   note "e2e on GPU(s) $1: exit $code"
+  ((code == 0)) || status=1   # a run that failed, or (--hold) a memory goal missed
+  grep -E '^(FAILURE|HOLD) ' "$raw/e2e.log" | head -n 12 >>"$summary"
   cp "$raw/e2e/table.md" "$out/e2e-table.md" 2>/dev/null || status=1
 }
 if ((do_e2e && gpus > 1)); then

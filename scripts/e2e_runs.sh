@@ -11,6 +11,8 @@
 #                       [--together]   (each workload's allocators at once, in lock step:
 #                                       compare_allocators.py --together; on one GPU, or, with
 #                                       --gpus N >= the number of allocators, each on its own)
+#                       [--hold ALLOCATOR]   (exit 1 when it misses the memory goals: ratio,
+#                                             spread, three runs; multi_run_table.py --hold)
 #                       [--gpus N]   (N > 1: the (run, workload) units spread over N GPUs at once,
 #                                     bench/end_to_end/parallel_runs.py; each unit's allocators
 #                                     still share one GPU and run back to back)
@@ -37,6 +39,7 @@ budget=540
 profile_steps=0
 gpus=1
 together=()
+hold=()
 out=""
 commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo "${VRAMLEDGER_GIT_COMMIT:-unknown}")
 while (($#)); do
@@ -52,6 +55,7 @@ while (($#)); do
     --profile-steps) profile_steps=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --together) together=(--together); shift ;;
+    --hold) hold=(--hold "$2"); shift 2 ;;
     *) echo "e2e_runs: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,7 +77,7 @@ elif ((gpus > 1)); then
   exec python3 "$repo/bench/end_to_end/parallel_runs.py" --gpus "$gpus" --runs "$runs" \
     --allocators "$allocators" --workloads "$workloads" --steps "$steps" --warmup "$warmup" \
     --budget-s "$budget" --out "$out" --commit "$commit" --profile-steps "$profile_steps" \
-    "${together[@]}"
+    "${together[@]}" "${hold[@]}"
 fi
 per_run=$((budget / runs))
 jsons=()
@@ -92,4 +96,4 @@ if ((${#jsons[@]} == 0)); then
   echo "e2e_runs: no run wrote a result (see $out/run*.log)" >&2
   exit 1
 fi
-python3 "$repo/bench/end_to_end/multi_run_table.py" "${jsons[@]}" --md "$out/table.md"
+python3 "$repo/bench/end_to_end/multi_run_table.py" "${jsons[@]}" --md "$out/table.md" "${hold[@]}"

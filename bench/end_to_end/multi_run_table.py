@@ -124,6 +124,29 @@ def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: 
     return "meets" if not problems else "; ".join(problems)
 
 
+def memory_goal_failures(rows: List[Dict[str, Any]], allocator: str, max_ratio: float,
+                         max_spread: float, min_runs: int) -> List[str]:
+    """Where `allocator` misses the memory goals (ratio, spread, runs) on any workload; the step
+    goal is not held here: one call's step ratios are within the measurement's own noise."""
+    failures = []
+    mine = [row for row in rows if row["allocator"] == allocator]
+    if not mine:
+        return [f"{allocator}: no run of it in these results"]
+    for row in mine:
+        ratios = [r for r in row["ratios"] if r is not None]
+        if not ratios:
+            failures.append(f"{row['workload']}: no peak reserved / peak requested figure")
+            continue
+        if max(ratios) > max_ratio:
+            failures.append(f"{row['workload']}: ratio {max(ratios):.4f} > {max_ratio}")
+        if max(ratios) - min(ratios) > max_spread:
+            failures.append(f"{row['workload']}: spread {max(ratios) - min(ratios):.4f} > "
+                            f"{max_spread}")
+        if len(ratios) < min_runs:
+            failures.append(f"{row['workload']}: {len(ratios)} of {min_runs} runs")
+    return failures
+
+
 def fmt(values: List[Optional[float]], spec: str) -> str:
     shown = [("n/a" if v is None else format(v, spec)) for v in values]
     return " / ".join(shown) if shown else "—"
@@ -163,19 +186,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--min-runs", type=int, default=3)
     parser.add_argument("--max-step", type=float, default=1.0,
                         help="the median over runs of the paired per-step medians vs native")
+    parser.add_argument("--hold", metavar="ALLOCATOR",
+                        help="exit 1 when ALLOCATOR misses the memory goals (--max-ratio, "
+                             "--max-spread, --min-runs) on any workload (the GPU suite's guard)")
     args = parser.parse_args(argv)
     for path in args.runs:
         if not path.is_file():
             parser.error(f"{path}: no such file")
     try:
-        table = render(rows_of(load_runs(args.runs)), args.max_ratio, args.max_spread,
-                       args.min_runs, args.max_step)
+        rows = rows_of(load_runs(args.runs))
+        table = render(rows, args.max_ratio, args.max_spread, args.min_runs, args.max_step)
     except (ValueError, KeyError, TypeError) as error:
         print(f"multi_run_table: not a compare_allocators.json: {error!r}", file=sys.stderr)
         return 2
     sys.stdout.write(table)
     if args.md:
         args.md.write_text(table)
+    if args.hold:
+        failures = memory_goal_failures(rows, args.hold, args.max_ratio, args.max_spread,
+                                        args.min_runs)
+        for failure in failures:
+            print(f"FAILURE: {args.hold}: {failure}")
+        print(f"HOLD {args.hold}: " + ("missed on " + str(len(failures)) + " count(s)"
+                                       if failures else "every workload meets the memory goals"))
+        return 1 if failures else 0
     return 0
 
 

@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--commit", default=os.environ.get("VRAMLEDGER_GIT_COMMIT", "unknown"))
     parser.add_argument("--profile-steps", type=int, default=0)
+    parser.add_argument("--hold", help="multi_run_table.py --hold: exit 1 when this allocator "
+                                       "misses the memory goals")
     parser.add_argument("--together", action="store_true",
                         help="each unit's allocators at once, in lock step (compare_allocators)")
     args = parser.parse_args(argv)
@@ -145,7 +147,8 @@ def main(argv=None) -> int:
         print("parallel_runs: no unit wrote a result", file=sys.stderr)
         return 1
     return subprocess.call([sys.executable, str(HERE / "multi_run_table.py"), *merged_files,
-                            "--md", str(args.out / "table.md")])
+                            "--md", str(args.out / "table.md")]
+                           + (["--hold", args.hold] if args.hold else []))
 
 
 if __name__ == "__main__":

@@ -128,3 +128,23 @@ def test_with_the_a_a_control_the_step_verdict_is_against_both_natives(tmp_path)
     assert mrt.verdict(rows["native-again"], 1.02, 0.005, 3).startswith("A/A control")
     table = mrt.render(list(rows.values()), 1.02, 0.005, 3)
     assert "| 1.100 / 1.100 / 1.100 | 1.000 / 1.000 / 1.000 |" in table
+
+
+def test_hold_fails_only_on_the_memory_goals_of_the_held_allocator(tmp_path, capsys):
+    def runs(vram_reserved):
+        return [document(tmp_path, f"run{run}-{reserved}", {
+            ("w", "native"): result(2000, 1000, [1.0, 0.1, 0.1]),
+            ("w", "expandable"): result(1100, 1000, [1.0, 0.1, 0.1]),   # not held: 1.10 is fine
+            ("w", "vramledger"): result(reserved, 1000, [1.0, 0.2, 0.2]),  # 2x slower: not held
+        }) for run, reserved in enumerate(vram_reserved, start=1)]
+    good = [str(p) for p in runs((1010, 1012, 1011))]
+    assert mrt.main(good + ["--hold", "vramledger"]) == 0
+    assert "HOLD vramledger: every workload meets the memory goals" in capsys.readouterr().out
+    over = [str(p) for p in runs((1010, 1030, 1011))]
+    assert mrt.main(over + ["--hold", "vramledger"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILURE: vramledger: w: ratio 1.0300 > 1.02" in out
+    assert "FAILURE: vramledger: w: spread 0.0200 > 0.005" in out
+    assert mrt.main(good[:2] + ["--hold", "vramledger"]) == 1           # two runs of three
+    assert "w: 2 of 3 runs" in capsys.readouterr().out
+    assert mrt.main(good + ["--hold", "vramledger-pages"]) == 1         # never ran: not a pass

@@ -82,5 +82,7 @@ def test_e2e_runs_together_gives_each_allocator_a_gpu_when_there_are_enough(tmp_
 
 def test_e2e_runs_together_on_fewer_gpus_spreads_units_over_them(tmp_path):
     calls = _e2e_runs_invocations(tmp_path, "--together", "--gpus", "2",
-                                  "--allocators", "native,vramledger,native-again")
+                                  "--allocators", "native,vramledger,native-again",
+                                  "--hold", "vramledger")
     assert len(calls) == 1 and "parallel_runs.py" in calls[0] and "--together" in calls[0]
+    assert "--hold vramledger" in calls[0]
