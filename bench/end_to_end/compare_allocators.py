@@ -4,7 +4,8 @@ losses (or generated tokens) are bitwise identical to PyTorch's native allocator
 
     python3 bench/end_to_end/compare_allocators.py --out DIR [--quick] [--only NAMES]
         [--gpus N] [--time-limit-s S] [--run-timeout-s S] [--steps N --warmup N] [--commit SHA]
-        [--together]   (a workload's allocators at once on one GPU, in lock step: step_barrier.py)
+        [--together]   (a workload's allocators at once, in lock step: step_barrier.py; on one
+                        GPU, or with --gpus N >= the allocators, each on its own)
     python3 bench/end_to_end/compare_allocators.py --dry-run [...]     # the plan, nothing run
     python3 bench/end_to_end/compare_allocators.py --render DIR/compare_allocators.json
 
@@ -224,17 +225,6 @@ def child_main(workload_name: str, allocator_name: str, steps: int, warmup: int,
     result: Dict[str, Any] = {"workload": workload_name, "allocator": allocator_name,
                               "status": "error", "steps": steps, "warmup": warmup, "seed": seed}
     try:
-        return _child_steps(workload_name, allocator_name, steps, warmup, seed, result_file,
-                            profile_steps, barrier, started, result)
-    finally:
-        if barrier is not None:
-            barrier.leave()
-
-
-def _child_steps(workload_name: str, allocator_name: str, steps: int, warmup: int, seed: int,
-                 result_file: Path, profile_steps: int, barrier: Optional[StepBarrier],
-                 started: float, result: Dict[str, Any]) -> int:
-    try:
         workload = WORKLOADS[workload_name]
         allocator = ALLOCATORS[allocator_name]
         import torch
@@ -283,8 +273,7 @@ def _child_steps(workload_name: str, allocator_name: str, steps: int, warmup: in
             per_step.append([torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()]
                             + (list(driver_calls(vramledger)) if vramledger is not None else []))
         finished = time.perf_counter()
-        if barrier is not None:  # the profiled steps below run alone, not in lock step
-            barrier.leave()
+        if barrier is not None:
             result["lock_step"] = barrier.record()
         if profile_steps > 0:   # after the timed steps: the profiler's cost stays out of them
             try:
@@ -337,6 +326,9 @@ def _child_steps(workload_name: str, allocator_name: str, steps: int, warmup: in
         common.write_json_atomic(result_file, result)
         print(result["traceback"], file=sys.stderr, flush=True)
         return 1
+    finally:
+        if barrier is not None:  # however the run ended, the siblings stop waiting for it
+            barrier.leave()
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,10 +448,9 @@ class Runner:
             env = common.child_environment(ALLOCATORS[allocator].env, gpu)
             print(f"[{time.strftime('%H:%M:%S')}] {key} on GPU {gpu} (limit {timeout:.0f}s)",
                   flush=True)
-            command = (self.command_for(self.args, workload, allocator, result_file, barrier)
-                       if barrier is not None else
-                       self.command_for(self.args, workload, allocator, result_file))
-            outcome = common.run_process(command, env, timeout, log_file, self.registry)
+            outcome = common.run_process(
+                self.command_for(self.args, workload, allocator, result_file, barrier),
+                env, timeout, log_file, self.registry)
             record.update(exit_code=outcome.exit_code, wall_s=round(outcome.wall_s, 3),
                           timeout_s=round(timeout, 1), log=str(log_file.relative_to(self.out)))
             result = common.read_json(result_file) or {}
@@ -530,29 +521,23 @@ class Runner:
             # alike, and none shares a GPU); with fewer, each workload's group shares one GPU.
             if len(gpus) >= len(allocators):
                 self.doc["meta"]["together_layout"] = "one GPU per allocator"
-                lanes = [(workloads, gpus[:len(allocators)])]
+                groups = [(workloads, gpus[:len(allocators)])]
             else:
                 self.doc["meta"]["together_layout"] = "one GPU per workload's group"
-                lanes = [(workloads[i::len(gpus)], [gpu]) for i, gpu in enumerate(gpus)]
+                groups = [(workloads[i::len(gpus)], [gpu]) for i, gpu in enumerate(gpus)]
             self.threads = [threading.Thread(target=self.run_lane_together,
                                              args=(mine, allocators, lane_gpus), daemon=True)
-                            for mine, lane_gpus in lanes if mine]
-            for thread in self.threads:
-                thread.start()
-            for thread in self.threads:
-                while thread.is_alive():
-                    thread.join(0.5)
-            self.run_controls()
-            return
-        lanes: List[List[Tuple[str, str]]] = [[] for _ in gpus]
-        # --native-last runs each workload's allocators in the reverse order, so that a series
-        # of invocations alternating it cancels any advantage of running first (GPU clocks,
-        # caches, the host's load) out of the paired step times.
-        order = list(reversed(allocators)) if self.args.native_last else allocators
-        for index, workload in enumerate(workloads):  # a workload's runs share one GPU
-            lanes[index % len(gpus)].extend((workload, a) for a in order)
-        self.threads = [threading.Thread(target=self.run_lane, args=(plan, gpu), daemon=True)
-                        for plan, gpu in zip(lanes, gpus) if plan]
+                            for mine, lane_gpus in groups if mine]
+        else:
+            lanes: List[List[Tuple[str, str]]] = [[] for _ in gpus]
+            # --native-last runs each workload's allocators in the reverse order, so that a
+            # series of invocations alternating it cancels any advantage of running first (GPU
+            # clocks, caches, the host's load) out of the paired step times.
+            order = list(reversed(allocators)) if self.args.native_last else allocators
+            for index, workload in enumerate(workloads):  # a workload's runs share one GPU
+                lanes[index % len(gpus)].extend((workload, a) for a in order)
+            self.threads = [threading.Thread(target=self.run_lane, args=(plan, gpu), daemon=True)
+                            for plan, gpu in zip(lanes, gpus) if plan]
         for thread in self.threads:
             thread.start()
         for thread in self.threads:
@@ -722,9 +707,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run each workload's allocators in the reverse order, native last "
                              "(alternate it between invocations so running first favours none)")
     parser.add_argument("--together", action="store_true",
-                        help="run each workload's allocators at the same time on one GPU, every "
-                             "step in lock step (step_barrier.py): the host's drift then hits "
-                             "all alike; they share the GPU, which native-again's A/A measures")
+                        help="run each workload's allocators at the same time, every step in "
+                             "lock step (step_barrier.py): the host's drift then hits all alike; "
+                             "on one GPU they share it, with --gpus N >= the allocators each "
+                             "has its own")
     parser.add_argument("--steps", type=int, help="steps per run (default: per workload)")
     parser.add_argument("--warmup", type=int, help="untimed first steps (default: per workload)")
     parser.add_argument("--seed", type=int, default=0)
