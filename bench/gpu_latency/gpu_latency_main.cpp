@@ -31,8 +31,13 @@
 //   BM_Growth/<allocator>/<size>    first allocation of 1 GiB / 8 GiB from a cold allocator, plus
 //                                   freeing it and returning the memory to the driver; counter
 //                                   alloc_ms is the allocate call alone
+//   BM_Trace/<allocator>/<trace>    (with --trace=PATH, repeatable) a recorded program's own
+//                                   allocations and frees, one pass of its steps per iteration
+//                                   around its never-freed blocks, after two untimed passes
+//                                   (trace_case.hpp); counters ns_per_op, calls_per_kop, and
+//                                   items_per_second in operations; not for cudaMalloc
 //
-//   vramledger-bench-gpu-latency [--quick] [Google Benchmark flags, e.g.
+//   vramledger-bench-gpu-latency [--quick] [--trace=PATH ...] [Google Benchmark flags, e.g.
 //       --benchmark_out=gpu_latency.json --benchmark_out_format=json]
 //   vramledger-bench-gpu-latency --simulated[-capacity-gib=N] [--quick] [...]
 //
@@ -65,6 +70,7 @@
 #include "allocator/errors.hpp"
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/gpu_latency/peers.hpp"
+#include "bench/gpu_latency/trace_case.hpp"
 #ifdef VRAMLEDGER_BENCH_WITH_TORCH
 #include "bench/gpu_latency/torch_native_peer.hpp"
 #endif
@@ -405,6 +411,55 @@ void growth_case(benchmark::State& state, const std::string& name, Peer& peer, s
   state.SetItemsProcessed(state.iterations());
 }
 
+template <class Peer>
+void trace_case(benchmark::State& state, const std::string& name, Peer& peer, const TraceOps& trace,
+                const Streams& streams) {
+  std::vector<TraceBlock> live(trace.allocations);
+  const auto stream_of = [&](std::uint32_t index) { return streams.at(index % kMaxThreads); };
+  // Untimed: the first pass grows the heap and makes the persistent blocks; the second settles
+  // the layout around them.
+  for (const bool first : {true, false}) {
+    try {
+      replay_trace_once(peer, trace, stream_of, live, first);
+    } catch (const std::exception& error) {
+      fail(state, name, error);
+      break;
+    }
+  }
+  // vramledger's driver calls per thousand operations of the timed passes (growth, moved
+  // pages): the first suspect when its time per operation is high.
+  std::int64_t calls_before = 0;
+  if constexpr (requires { peer.driver_calls(); }) calls_before = peer.driver_calls();
+  if (!state.error_occurred()) {
+    for (auto _ : state) {
+      try {
+        replay_trace_once(peer, trace, stream_of, live, false);
+      } catch (const std::exception& error) {
+        fail(state, name, error);
+        break;
+      }
+    }
+  }
+  const auto ops = static_cast<double>(repeated_ops(trace)) * static_cast<double>(state.iterations());
+  std::int64_t calls = 0;
+  if constexpr (requires { peer.driver_calls(); }) calls = peer.driver_calls() - calls_before;
+  // A program's peak stays cached otherwise, and the next peers' cases need the device too.
+  try {
+    free_trace_blocks(peer, live);
+    peer.release_cache();
+  } catch (const std::exception& error) {
+    if (!state.error_occurred()) fail(state, name, error);
+  }
+  if (state.error_occurred()) return;
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(repeated_ops(trace)));
+  // Operations per nanosecond of timed (real) time, inverted: ns per operation.
+  state.counters["ns_per_op"] =
+      benchmark::Counter(ops / 1e9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  if constexpr (requires { peer.driver_calls(); }) {
+    if (ops > 0) state.counters["calls_per_kop"] = 1000.0 * static_cast<double>(calls) / ops;
+  }
+}
+
 // ------------------------------------------------------------------------------ registration
 
 // One allocator's cases, registered as closures over the peer so the loop in main can register
@@ -418,6 +473,7 @@ struct PeerCases {
   std::function<void(const SizeCase&, bool shared)> pair_threads;
   std::function<void()> streams;
   std::function<void(const SizeCase&)> growth;  // empty: not in the growth list
+  std::function<void(const TraceOps&)> trace;   // empty: no trace cases (cudaMalloc)
 };
 
 template <class Peer>
@@ -459,6 +515,14 @@ PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& str
       bm->MinTime(min_time_s)->UseRealTime();
       for (int threads : kThreadCounts) bm->Threads(threads);
     };
+    // cudaMalloc would take minutes a trace; rmm-arena's arena is a fixed 16 GiB.
+    if (allocator != "cudaMalloc" && allocator != "rmm-arena") cases.trace = [=](const TraceOps& trace) {
+      const std::string name = "BM_Trace/" + allocator + "/" + trace.name;
+      const TraceOps* t = &trace;
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+        trace_case(state, name, *p, *t, *s);
+      })->MinTime(min_time_s)->UseRealTime()->Unit(benchmark::kMillisecond);
+    };
     cases.streams = [=] {
       const std::string name = "BM_Streams/" + allocator + "/" + std::to_string(kRoundRobinStreams);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
@@ -499,6 +563,7 @@ void note(const std::string& key, const std::string& value) { benchmark::AddCust
 // The command line: our flags, the rest for Google Benchmark.
 struct Options {
   RunLengths lengths;
+  std::vector<std::string> trace_paths;  // --trace=PATH: BM_Trace cases
   double simulated_capacity_gib = 0;  // > 0: the dry run on the simulated device
 };
 
@@ -510,6 +575,13 @@ bool take_our_flags(int* argc, char** argv, Options* options) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
       options->lengths = RunLengths{0.05, 0.01, 2};
+    } else if (arg.starts_with("--trace=")) {
+      const std::string path(arg.substr(std::string_view("--trace=").size()));
+      if (path.empty()) {
+        std::fprintf(stderr, "vramledger-bench-gpu-latency: --trace= needs a workload trace's path\n");
+        return false;
+      }
+      options->trace_paths.push_back(path);
     } else if (arg == "--simulated") {
       options->simulated_capacity_gib = 140;
     } else if (arg.starts_with(kCapacityFlag)) {
@@ -539,7 +611,8 @@ void record_setup_failure(const std::string& allocator, const std::string& messa
 // Registers all cases, case by case, runs them, then checks every vramledger ledger against its
 // allocator's census. Returns false when a ledger disagrees.
 bool run_all(std::vector<PeerCases>& all,
-             const std::vector<std::pair<std::string, VramledgerPeer*>>& ledgers) {
+             const std::vector<std::pair<std::string, VramledgerPeer*>>& ledgers,
+             const std::vector<TraceOps>& traces) {
   for (const SizeCase& size : kPairSizes) {
     for (PeerCases& cases : all) if (cases.pair) cases.pair(size);
   }
@@ -554,6 +627,9 @@ bool run_all(std::vector<PeerCases>& all,
   for (const SizeCase& size : kGrowthSizes) {
     for (PeerCases& cases : all) if (cases.growth) cases.growth(size);
   }
+  for (const TraceOps& trace : traces) {
+    for (PeerCases& cases : all) if (cases.trace) cases.trace(trace);
+  }
   benchmark::RunSpecifiedBenchmarks();
 
   // The ledgers saw every event of the run: they must still agree with a recount of the blocks.
@@ -567,7 +643,7 @@ bool run_all(std::vector<PeerCases>& all,
 }
 
 // Every allocator on GPU 0.
-bool run_on_gpu(const RunLengths& lengths) {
+bool run_on_gpu(const RunLengths& lengths, const std::vector<TraceOps>& traces) {
   const auto streams = Streams::cuda();
   std::vector<PeerCases> all;
   std::vector<std::unique_ptr<VramledgerPeer>> vramledger_peers;
@@ -666,12 +742,13 @@ bool run_on_gpu(const RunLengths& lengths) {
   note("allocator torch-native", "not built (torch not found when configured)");
 #endif
 
-  return run_all(all, ledgers);
+  return run_all(all, ledgers, traces);
 }
 
 // The same cases through the policy on the simulated device: a CPU check of this binary (case
 // bodies, threads, names, failure reporting, ledger check). Not GPU figures.
-bool run_simulated(const RunLengths& lengths, double capacity_gib) {
+bool run_simulated(const RunLengths& lengths, double capacity_gib,
+                   const std::vector<TraceOps>& traces) {
   g_simulated = true;
   SimulatedDeviceOptions options;
   options.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(kGiB));
@@ -696,7 +773,7 @@ bool run_simulated(const RunLengths& lengths, double capacity_gib) {
                             lengths.growth_iterations, true, true));
     ledgers.emplace_back(name, peers.back().get());
   }
-  return run_all(all, ledgers);
+  return run_all(all, ledgers, traces);
 }
 
 int run(int argc, char** argv) {
@@ -705,9 +782,17 @@ int run(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
 
+  std::vector<TraceOps> traces;
+  for (const std::string& path : options.trace_paths) {
+    traces.push_back(load_trace_ops(path));  // a bad trace ends the run here, before any case
+    const TraceOps& trace = traces.back();
+    note("trace " + trace.name, path + ": " + std::to_string(trace.ops.size()) + " operations, " +
+                                    std::to_string(trace.allocations) + " allocations, peak requested " +
+                                    std::to_string(trace.peak_requested_bytes) + " B");
+  }
   bool consistent = true;
   if (options.simulated_capacity_gib > 0) {
-    consistent = run_simulated(options.lengths, options.simulated_capacity_gib);
+    consistent = run_simulated(options.lengths, options.simulated_capacity_gib, traces);
   } else {
     const std::string no_gpu = cuda_device_unavailable_reason();
     if (!no_gpu.empty()) {
@@ -723,7 +808,7 @@ int run(int argc, char** argv) {
     }
     note("device", device_description());
     // Everything holding device memory is destroyed inside, while the CUDA runtime is still up.
-    consistent = run_on_gpu(options.lengths);
+    consistent = run_on_gpu(options.lengths, traces);
   }
 
   int status = consistent ? 0 : 1;

@@ -6,6 +6,7 @@
 //   void prepare_growth();                                               // before a growth loop
 //   GrowthSample grow_cold(std::size_t bytes, cudaStream_t);             // see GrowthSample
 //   void finish_growth();                                                // after it
+//   void release_cache();                       // cached memory back to the driver, if it can
 //
 // `stream` is the stream the block is used on; allocators without streams ignore it, and a
 // block is always freed with the stream it was allocated with. `bytes` in deallocate is the size
@@ -121,6 +122,7 @@ class VramledgerPeer {
   void prepare_growth();
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
   void finish_growth() { growth_backend_.reset(); }
+  void release_cache() { allocator_->empty_cache(); }
 
   // "paged heap on vmm (conf backend:vmm, ledger attached)".
   std::string describe() const;
@@ -156,6 +158,7 @@ class CudaMallocPeer {
   void prepare_growth() {}
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
   void finish_growth() {}
+  void release_cache() {}
 };
 
 // cudaMallocAsync + cudaFreeAsync on the device's default memory pool, with its release threshold
@@ -180,6 +183,7 @@ class MallocAsyncPeer {
   void prepare_growth() { trim(); }
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
   void finish_growth() {}
+  void release_cache() { trim(); }
   // Returns every unused byte of the pool to the driver (after synchronising the device).
   void trim();
 

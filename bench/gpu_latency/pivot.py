@@ -7,7 +7,9 @@ Reads the JSON of `--benchmark_out=FILE --benchmark_out_format=json` and writes
   --md   markdown: rows = allocator, columns = case, host ns per allocate + free pair; the
          threads table (wall ns per operation over all threads, as Google Benchmark reports with
          UseRealTime); ratios against torch-native and cudaMallocAsync; the growth table (ms);
-         the failed cases; the run's context (device, what each allocator is)
+         the recorded programs' tables (BM_Trace: ns per operation, ratio to torch-native,
+         driver calls per thousand operations); the failed cases; the run's context (device,
+         what each allocator is)
   --svg  a grouped bar chart of the same figures (log scale): matplotlib when it is installed,
          otherwise a plain SVG drawn here, so the file always exists
 and prints one `summary:` line (the mixed case for vramledger-vmm, torch-native, cudaMallocAsync
@@ -32,6 +34,7 @@ MIXED = "mixed"
 STREAMS = "4 streams"
 THREAD_COUNTS = [1, 2, 4, 8, 16]
 GROWTH_CASES = ["1GiB", "8GiB"]
+TRACE_PREFIX = "trace "  # BM_Trace cases: "trace <name>"
 # Rows in this order first; anything else (e.g. the simulated dry run's) after, as found.
 ALLOCATOR_ORDER = ["vramledger-vmm", "vramledger-vmm-front", "vramledger-vmm-trade",
                    "vramledger-cuda_malloc", "vramledger-cuda_malloc-front", "vramledger-malloc_async",
@@ -50,6 +53,8 @@ class Cell:
     ns: list[float] = field(default_factory=list)         # real time per iteration
     items_per_second: list[float] = field(default_factory=list)
     alloc_ms: list[float] = field(default_factory=list)   # growth: the allocate call alone
+    ns_per_op: list[float] = field(default_factory=list)  # BM_Trace
+    calls_per_kop: list[float] = field(default_factory=list)  # BM_Trace, vramledger only
     median_aggregate: dict | None = None
     error: str | None = None
 
@@ -63,7 +68,8 @@ class Cell:
 @dataclass
 class Parsed:
     name: str
-    family: str      # BM_Pair, BM_Mixed, BM_MixedShared, BM_PairThreads, BM_Streams, BM_Growth
+    family: str      # BM_Pair, BM_Mixed, BM_MixedShared, BM_PairThreads, BM_Streams, BM_Growth,
+                     # BM_Trace
     allocator: str
     case: str        # a column label
     threads: int
@@ -93,6 +99,8 @@ def parse_name(name: str, threads_field: int | None) -> Parsed | None:
         case = f"{rest[0]} streams" if rest else STREAMS
     elif family == "BM_Growth" and rest:
         case = rest[0]
+    elif family == "BM_Trace" and rest:
+        case = TRACE_PREFIX + rest[0]
     else:
         return None
     return Parsed(name, family, allocator, case, threads)
@@ -116,7 +124,9 @@ def load(path: Path) -> tuple[dict, dict[tuple[str, str], Cell], list[str]]:
         scale = TO_NS.get(bench.get("time_unit", "ns"), 1.0)
         figures = {"ns": bench["real_time"] * scale,
                    "items_per_second": bench.get("items_per_second"),
-                   "alloc_ms": bench.get("alloc_ms")}
+                   "alloc_ms": bench.get("alloc_ms"),
+                   "ns_per_op": bench.get("ns_per_op"),
+                   "calls_per_kop": bench.get("calls_per_kop")}
         if bench.get("run_type") == "aggregate":
             if bench.get("aggregate_name") == "median":
                 cell.median_aggregate = {k: v for k, v in figures.items() if v is not None}
@@ -318,12 +328,52 @@ def markdown(source: Path, context: dict, cells, order) -> str:
         lines += table(header, rows)
         lines.append("")
 
+    lines += trace_table(cells, order)
+
     failed = [(a, c, cell.error) for (a, c), cell in cells.items() if cell.error is not None]
     if failed:
         lines += ["## Failed cases", ""]
         lines += [f"- {a} / {c}: {e}" for a, c, e in failed]
         lines.append("")
     return "\n".join(lines)
+
+
+def trace_columns(cells, order) -> list[str]:
+    cases = {c for (_, c) in cells if c.startswith(TRACE_PREFIX)}
+    return sorted(cases)
+
+
+def trace_table(cells, order) -> list[str]:
+    """BM_Trace: ns per operation of each recorded program, its ratio to torch-native's, and
+    vramledger's driver calls per thousand operations."""
+    traces = trace_columns(cells, order)
+    if not traces:
+        return []
+    lines = ["## Recorded programs (BM_Trace)", "",
+             "A workload trace's own allocations and frees, one pass of its steps per iteration "
+             "around its never-freed blocks, after two untimed passes (steady state; nothing "
+             "launched, so no GPU lag): host ns per operation "
+             "(allocate or free); in brackets the ratio to torch-native's; `calls/kop`: driver "
+             "calls per thousand operations (vramledger only).", ""]
+    header = ["allocator"]
+    for c in traces:
+        name = c[len(TRACE_PREFIX):]
+        header += [f"{name} ns/op", f"{name} calls/kop"]
+    rows = []
+    for a in order:
+        if not any((a, c) in cells for c in traces):
+            continue
+        row = [a]
+        for c in traces:
+            mine = figure(cells, a, c, "ns_per_op")
+            theirs = figure(cells, "torch-native", c, "ns_per_op")
+            text = cell_text(cells, a, c, "ns_per_op", fmt_ns)
+            if mine is not None and theirs and a != "torch-native":
+                text += f" ({mine / theirs:.2f}x)"
+            calls = figure(cells, a, c, "calls_per_kop")
+            row += [text, "—" if calls is None else f"{calls:.2f}"]
+        rows.append(row)
+    return lines + table(header, rows) + [""]
 
 
 def summary(cells, order) -> str:

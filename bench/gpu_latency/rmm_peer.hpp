@@ -50,6 +50,8 @@ class RmmPeer {
   void prepare_growth() {}
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
   void finish_growth() {}
+  // A pool or arena keeps what it took until destroyed (the pool grows to a trace's peak).
+  void release_cache() {}
 
   // "RMM 26.10.0 pool_memory_resource over cuda_memory_resource (initial 0, grows on demand)".
   std::string describe() const;

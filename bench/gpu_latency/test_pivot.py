@@ -137,6 +137,40 @@ class NameParsing(unittest.TestCase):
         self.assertIsNone(pivot.parse_name("BM_Pair", 1))
 
 
+class TraceCases(unittest.TestCase):
+    """BM_Trace (a recorded program's operations): its own table. Invented figures."""
+
+    def test_trace_table(self):
+        benchmarks = [
+            {"name": "BM_Trace/vramledger-vmm/t5_train.e2e/min_time:0.200/real_time",
+             "run_type": "iteration", "real_time": 40.0, "time_unit": "ms",
+             "ns_per_op": 300.0, "calls_per_kop": 0.5},
+            {"name": "BM_Trace/torch-native/t5_train.e2e/min_time:0.200/real_time",
+             "run_type": "iteration", "real_time": 20.0, "time_unit": "ms", "ns_per_op": 150.0},
+            {"name": "BM_Trace/cudaMallocAsync/t5_train.e2e/min_time:0.200/real_time",
+             "run_type": "iteration", "error_occurred": True, "error_message": "out of memory"},
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            source = Path(tmp) / "trace.json"
+            source.write_text(json.dumps({"context": {}, "benchmarks": benchmarks}))
+            md = Path(tmp) / "trace.md"
+            status, _, _ = run_pivot(str(source), "--md", str(md), "--svg", str(Path(tmp) / "t.svg"),
+                                     "--plain-svg")
+            text = md.read_text()
+        self.assertEqual(status, 0)
+        self.assertIn("## Recorded programs (BM_Trace)", text)
+        self.assertIn("| allocator | t5_train.e2e ns/op | t5_train.e2e calls/kop |", text)
+        self.assertIn("| vramledger-vmm | 300 (2.00x) | 0.50 |", text)
+        self.assertIn("| torch-native | 150 | — |", text)
+        self.assertIn("| cudaMallocAsync | failed | — |", text)
+        # Not mistaken for a latency column.
+        self.assertNotIn("trace t5", text.split("## Recorded programs")[0])
+
+    def test_trace_name(self):
+        parsed = pivot.parse_name("BM_Trace/torch-native/gpt2_train.e2e/min_time:0.200/real_time", 1)
+        self.assertEqual((parsed.family, parsed.case), ("BM_Trace", "trace gpt2_train.e2e"))
+
+
 class BadInput(unittest.TestCase):
     def test_missing_empty_and_malformed_files_fail_clearly(self):
         with tempfile.TemporaryDirectory() as tmp:

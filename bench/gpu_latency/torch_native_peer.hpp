@@ -40,6 +40,7 @@ class TorchNativePeer {
   void prepare_growth();
   GrowthSample grow_cold(std::size_t bytes, cudaStream_t stream);
   void finish_growth();
+  void release_cache() { allocator_->emptyCache(); }
 
   // "native (c10::cuda::CUDACachingAllocator::get()->name()), torch <version>" and, when set,
   // the PYTORCH_CUDA_ALLOC_CONF that shapes it.

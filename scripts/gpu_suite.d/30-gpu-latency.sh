@@ -7,6 +7,9 @@
 # 90 s before the two RMM peers);
 # pivot 30 s. Writes $LOGS/gpu_latency.{log,json,md,svg} (and gpu_latency_build.log).
 # VRAMLEDGER_GPU_LATENCY_FILTER=REGEX runs only the matching cases (--benchmark_filter).
+# BM_Trace replays recorded programs (bench/gpu_latency/trace_case.hpp): by default T5's and
+# GPT-2 training's end-to-end traces from the corpus; VRAMLEDGER_GPU_LATENCY_TRACES="PATH ..."
+# names others ("" for none).
 gl_target=bench/gpu_latency/vramledger-bench-gpu-latency
 gl_binary="$BUILD/$gl_target"
 run_step gpu_latency_build 240 "$LOGS/gpu_latency_build.log" ninja -C "$BUILD" "$gl_target"
@@ -24,6 +27,8 @@ else
   gl_limit=200
   gl_args=(--benchmark_out="$LOGS/gpu_latency.json" --benchmark_out_format=json)
   if (( QUICK )); then gl_limit=150; gl_args+=(--quick); fi
+  gl_traces=${VRAMLEDGER_GPU_LATENCY_TRACES-"$REPO/bench/traces/corpus/t5_train.e2e.vlt.gz $REPO/bench/traces/corpus/gpt2_train.e2e.vlt.gz"}
+  for gl_trace in $gl_traces; do gl_args+=(--trace="$gl_trace"); done
   # VRAMLEDGER_GPU_LATENCY_FILTER: a Google Benchmark filter, to rerun some cases only (e.g.
   # the warm pairs and rings of vramledger and torch, without growth and the raw peers).
   if [[ -n "${VRAMLEDGER_GPU_LATENCY_FILTER:-}" ]]; then
