@@ -7,7 +7,8 @@
 #
 #   scripts/device_call.sh [--suite-s 420] [--hooks 12,14,20] [--no-suite]
 #                          [--e2e-s 150] [--runs N] [--allocators LIST] [--workloads LIST]
-#                          [--steps N] [--warmup N] [--together] [--hold ALLOCATOR] [--no-e2e]
+#                          [--steps N] [--warmup N] [--together] [--hold ALLOCATOR]
+#                          [--profile-steps N] [--no-e2e]
 #                          (e2e_runs.sh's defaults; --hold vramledger with --runs 3 makes the
 #                          call fail when the default configuration misses issue 14's memory
 #                          goals: ≤ 1.02 on every workload, spread ≤ 0.005, three runs)
@@ -39,7 +40,7 @@ while (($#)); do
     --hooks) hooks=$2; shift 2 ;;
     --no-suite) do_suite=0; shift ;;
     --e2e-s) e2e_s=$2; shift 2 ;;
-    --runs|--allocators|--workloads|--steps|--warmup|--hold) e2e_args+=("$1" "$2"); shift 2 ;;
+    --runs|--allocators|--workloads|--steps|--warmup|--hold|--profile-steps) e2e_args+=("$1" "$2"); shift 2 ;;
     --together) e2e_args+=("$1"); shift ;;
     --no-e2e) do_e2e=0; shift ;;
     *) echo "device_call: unknown argument $1" >&2; exit 2 ;;
