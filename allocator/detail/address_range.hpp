@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,13 @@ struct PageMapping {
   std::size_t head = 0;
 };
 
+// A value no span's mapped_version has had before, in this process: a summary stamped with one
+// span's version can never match another span's.
+inline std::uint64_t next_mapping_version() {
+  static std::atomic<std::uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 // Cache-line aligned: its stream's operations write it (active_blocks, the page maps), and
 // ranges of different streams, created one after another, would otherwise share lines.
 struct alignas(64) AddressRange {
@@ -55,6 +63,8 @@ struct alignas(64) AddressRange {
   std::vector<PageMapping> page_mapping;
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
+  // Changes (next_mapping_version) whenever mapped_bits does; 0 while no page was ever mapped.
+  std::uint64_t mapped_version = 0;
   // The owner stream's clock (StreamHeaps::allocations) when each page last became wholly free.
   std::vector<std::uint64_t> page_idle_since;
   // Pages whose physical memory was aliased to another address of the same stream
@@ -179,6 +189,7 @@ struct alignas(64) AddressRange {
       page_mapping[page] = PageMapping{chunk.handle, first};
     }
     mapped_pages += chunk.pages;
+    mapped_version = next_mapping_version();
   }
   // Forgets the chunk mapped from page `head` on (which must be its first page); returns it.
   PhysicalChunk clear_chunk_mapped(std::size_t head) {
@@ -188,6 +199,7 @@ struct alignas(64) AddressRange {
       page_mapping[page] = PageMapping{};
     }
     mapped_pages -= chunk.pages;
+    mapped_version = next_mapping_version();
     return chunk;
   }
   bool is_chunk_head(std::size_t page) const {

@@ -2,6 +2,7 @@
 // span) in address order; free neighbours are merged at once.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -39,6 +40,27 @@ struct Block {
   int pending_events = 0;
   std::vector<StreamHandle> stream_uses;  // other streams recorded with record_stream
   ThreadCache* front = nullptr;  // the front cache managing this allocated block, if any
+
+  // Paged heap, free blocks: the block's runs of mapped pages (clipped to the block), as
+  // tightest_mapped_run last found them; valid while the block's extent and its span's
+  // AddressRange::mapped_version are the ones recorded (detail/page_placement.cpp).
+  struct MappedRuns {
+    static constexpr std::uint64_t kNever = ~std::uint64_t{0};
+    // Runs kept: on T5's trace 88% of the fits whose longest run could hold the allocation had
+    // at most four runs (two: 61%), the rest are scanned again.
+    static constexpr std::size_t kKept = 4;
+    struct Run {
+      DevicePtr from = 0;
+      std::size_t bytes = 0;
+    };
+    std::uint64_t version = kNever;  // the span's mapped_version when found
+    DevicePtr address = 0;           // the block's extent when found
+    std::size_t size = 0;
+    std::size_t longest = 0;         // bytes of the longest run
+    std::uint32_t count = 0;         // runs, counted up to kKept + 1
+    std::array<Run, kKept> runs{};   // the first min(count, kKept), in address order
+  };
+  MappedRuns mapped_runs;
 
   DevicePtr end() const { return address + size; }
   bool is_active() const { return state != BlockState::kFree; }

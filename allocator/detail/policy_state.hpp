@@ -7,6 +7,7 @@
 //   detail/block_tiling.cpp    address ranges tiled by blocks: add, split, unlink, inactive split
 //   detail/segment_heap.cpp    backend segments, split and merged, released whole (PyTorch's model)
 //   detail/paged_heap.cpp      virtual spans, pages mapped under live blocks, idle pages unmapped
+//   detail/page_placement.cpp  where an allocation goes when its best fit needs pages mapped
 //   detail/physical_pool.cpp   created, unmapped physical chunks and where new pages come from
 //   detail/fences.cpp          per-stream fences proving freed pages idle without blocking
 //   detail/page_aliasing.cpp   alias_pending_pages: pending pages re-mapped, old addresses retired
@@ -254,6 +255,10 @@ class CachingAllocator::Impl {
   }
   std::optional<Placement> tightest_mapped_run(const FreeBlockIndex& index,
                                                std::size_t size) const;
+  template <typename Visit>
+  void for_each_mapped_run(const Block& block, Visit&& visit) const;
+  const Block::MappedRuns& mapped_runs_of(Block& block) const;
+  bool runs_still_hold(const Block& block) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);

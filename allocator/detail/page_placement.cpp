@@ -1,0 +1,248 @@
+// Where a paged allocation goes when its best fit by size lies over unmapped pages: the cost of
+// a place (a wait for the GPU, pages to map), a few fits and places inside them, and the
+// tightest free run of mapped pages when idle mapped memory is plentiful. Reads only a stream's
+// free index, its spans and the plentiful rule's figures, so the stream's fast path makes the
+// same choice under its own lock (detail/stream_fast_path.cpp). The choices set the corpus's
+// fragmentation figures: a cheaper way to a choice must make the same one.
+#include <algorithm>
+#include <cassert>
+#include <limits>
+#include <optional>
+
+#include "allocator/detail/policy_state.hpp"
+
+namespace vramledger {
+
+// What placing `size` bytes at `address` of `candidate` costs: whether the CPU would have to
+// wait for the GPU (an old address of aliased memory still in use: map_pages_for waits for its
+// fence, draining the GPU's queue), then how many pages must be mapped (driver calls, and
+// memory when no page is free anywhere).
+inline CachingAllocator::Impl::Placement CachingAllocator::Impl::place_at(Block* candidate,
+                                                                         DevicePtr address,
+                                                                         std::size_t size) const {
+  const AddressRange& span = *candidate->range;
+  const std::size_t first = page_of(span, address);
+  const std::size_t last = page_of(span, address + size - 1);
+  return Placement{candidate, address,
+                   {waits_for_gpu(span, first, last + 1), pages_to_map(span, address, size)}};
+}
+
+// Whether `heaps` has an old address still mapped for work queued before its free.
+inline bool CachingAllocator::Impl::any_retiring_behind_fence(const StreamHeaps& heaps) const {
+  for (const StreamHeaps::RetiringMapping& r : heaps.retiring) {
+    if (!heaps.fence_done(r.fence)) return true;
+  }
+  return false;
+}
+
+// Whether mapping pages [first, last) of `span` would wait for the GPU: an old address there is
+// still mapped for work queued before its free. Old addresses whose work is done cost nothing
+// here, whether or not the helper thread has unmapped them yet (so the layout does not depend
+// on how fast it runs).
+inline bool CachingAllocator::Impl::waits_for_gpu(const AddressRange& span, std::size_t first,
+                                                  std::size_t last) const {
+  return span.any_retiring_after(first, last, span.owner->completed_fence);
+}
+
+// With place_by_mapped_pages, where inside `candidate` (a free block of at least `size` bytes)
+// an allocation of kPlacedMinPages pages or more needs the fewest new pages: its front, its
+// back, or the start of one of its runs of mapped pages. Otherwise (and for smaller
+// allocations) its front. Small allocations stay packed at the front: placed anywhere they
+// leave partly used pages behind them, which cost the small generation trace 2-3 points of
+// peak reserved on the lag replays, while the mappings they would save are few (a mapping
+// costs ~30 us whatever its size, so the large allocations, mapped in up to 8 chunks each,
+// are where the driver calls are: docs/configuration.md).
+inline CachingAllocator::Impl::Placement CachingAllocator::Impl::best_place_in(
+    Block* candidate, std::size_t size) const {
+  constexpr std::size_t kPlacedMinPages = 8;
+  Placement best = place_at(candidate, candidate->address, size);
+  if (!options_.place_by_mapped_pages || size < kPlacedMinPages * page_bytes_) return best;
+  auto consider = [&](DevicePtr address) {
+    if (address < candidate->address || address + size > candidate->end()) return;
+    const Placement place = place_at(candidate, address, size);
+    if (place.cost < best.cost) best = place;
+  };
+  consider(candidate->end() - size);
+  const AddressRange& span = *candidate->range;
+  const auto [first, last] = whole_pages(span, candidate->address, candidate->end());
+  if (first >= last || span.count_mapped(first, last) == 0) return best;
+  constexpr int kRuns = 16;  // bounds the work in a block with scattered mapped pages
+  int runs = 0;
+  std::size_t previous = SIZE_MAX;
+  span.for_each_mapped(first, last, [&](std::size_t page) {
+    if (runs >= kRuns || best.cost.second == 0) return;
+    if (previous == SIZE_MAX || page != previous + 1) {  // a run of mapped pages starts here
+      ++runs;
+      consider(span.base + page * page_bytes_);
+    }
+    previous = page;
+  });
+  return best;
+}
+
+// The best fit by size needs new pages: look at a few other fits (and, with
+// place_by_mapped_pages, at places inside each) for one that needs no wait and fewer pages.
+// The first five fits by size (the best fit among them): the fewer looked at, the closer the
+// choice stays to the best fit by size. Eight (until 2026-12-02) saved the most mappings at the
+// time of each choice but cost more later: on the corpus's lag replays with 4 MiB chunks, five
+// made 13% fewer steady-state driver calls and held every trace but two_stream (bound by the
+// cross-stream slack) within 1.0098 at 24 lags, where eight reached 1.0115; six and seven took
+// vit_train to 1.013, three and fewer took gpt2_generate past 1.03
+// (bench/results/2026-12-02-replay-placement-candidates.md).
+inline CachingAllocator::Impl::Placement
+CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex& index,
+                                                            std::size_t size,
+                                                            Block* best_fit) const {
+  constexpr int kCandidates = 5;
+  Placement best = best_place_in(best_fit, size);
+  const auto consider = [&](Block* candidate) {
+    const Placement place = best_place_in(candidate, size);
+    if (place.cost < best.cost) best = place;
+  };
+  index.for_each_fit(size, kCandidates, [&](Block* candidate) {
+    if (!best.needs_nothing()) consider(candidate);
+  });
+  // Each of them would stop the thread until the GPU has run the work still using an old
+  // address there: the GPU's queue would run dry. Any fit that does not wait is better, however
+  // many pages it must map (the span's unmapped tail always is one).
+  if (best.cost.first) index.for_each_fit(size, std::numeric_limits<int>::max(), consider);
+  return best;
+}
+
+// Where an allocation goes when its best fit by size, `best_fit`, needs pages mapped: the place
+// among a few fits needing the fewest, or, if that still needs some while idle mapped memory is
+// plentiful, the tightest free run of mapped pages. Reads only `index`, its spans and the
+// plentiful rule's figures, so a stream's fast path makes the same choice under its own lock
+// (detail/stream_fast_path.cpp).
+inline CachingAllocator::Impl::Placement
+CachingAllocator::Impl::placement_when_best_fit_needs_pages(const FreeBlockIndex& index,
+                                                            PoolKind pool, std::size_t size,
+                                                            Block* best_fit) const {
+  Placement best = placement_needing_fewest_new_pages(index, size, best_fit);
+  if (best.cost.second > 0 && idle_mapped_memory_is_plentiful(pool)) {
+    if (const std::optional<Placement> run = tightest_mapped_run(index, size)) best = *run;
+  }
+  return best;
+}
+
+// Whether free mapped pages make up at least kPlentifulIdlePercent of reserved memory. A step
+// of a program smaller than its peak (GPT-2 training: a random sequence length per step) leaves
+// that much idle; then an allocation that fits in a free run of mapped pages anywhere goes there
+// (tightest_mapped_run) instead of moving pages under the best fit by size (an unmap and a map
+// per chunk, ~50 us of CPU in the allocating thread on the H200). Below it (the heap at its
+// peak), moving idle pages under the best fit keeps the live blocks packed. On the corpus's lag
+// replays (0, 30, 100, 1000 operations), the driver calls made while reserved memory was not
+// growing fell from 58,382 to 16,815 (gpt2_train: 11,490 to 612), every trace within its
+// guard (bench/results/2026-12-02-replay-steady-state-calls.md). Reusing in place whatever the
+// idle memory cut them to 12,958 but took gpt2_generate (446 MB: a 2 MiB page is 0.47%) to
+// 1.0431; from 2% to 10% it moves by a page either way (3% is the level that kept it within
+// 1.02 without aliasing and 1.03 with it at every lag).
+//
+// Also asked on a stream's fast path (detail/stream_fast_path.cpp), under that stream's lock:
+// reserved_bytes_ changes only under the allocator's lock, which holds that one too, and other
+// streams' free mapped pages are read as they stand.
+inline bool CachingAllocator::Impl::idle_mapped_memory_is_plentiful(PoolKind pool) const {
+  constexpr std::size_t kPlentifulIdlePercent = 3;
+  return free_mapped_pages(pool_index(pool)) * page_bytes_ * 100 >=
+         reserved_bytes_ * kPlentifulIdlePercent;
+}
+
+// Calls visit(from, to) for each run of mapped pages of `block`'s span inside the block,
+// clipped to it, in address order; stops when visit returns true.
+template <typename Visit>
+inline void CachingAllocator::Impl::for_each_mapped_run(const Block& block, Visit&& visit) const {
+  const AddressRange& span = *block.range;
+  const std::size_t last = page_of(span, block.end() - 1) + 1;
+  for (std::size_t first = span.next_page(true, page_of(span, block.address), last); first < last;
+       first = span.next_page(true, first, last)) {
+    const std::size_t end = span.next_page(false, first, last);
+    const DevicePtr from = std::max(block.address, span.base + first * page_bytes_);
+    const DevicePtr to = std::min(block.end(), span.base + end * page_bytes_);
+    if (visit(from, to)) return;
+    first = end;
+  }
+}
+
+// `block`'s runs of mapped pages, found again if its extent or its span's mappings changed
+// since they were last found. In a steady state (no page mapped or unmapped in the span) every
+// fit's runs stand, so tightest_mapped_run reads a few kept runs per fit instead of scanning its
+// pages (T5's trace, steady state: 97.5% of the fits looked at had their runs at hand).
+inline const Block::MappedRuns& CachingAllocator::Impl::mapped_runs_of(Block& block) const {
+  Block::MappedRuns& runs = block.mapped_runs;
+  const std::uint64_t version = block.range->mapped_version;
+  if (runs.version == version && runs.address == block.address && runs.size == block.size) {
+    assert(runs_still_hold(block));  // debug builds (the sanitizer runs): kept runs are current
+    return runs;
+  }
+  runs.version = version;
+  runs.address = block.address;
+  runs.size = block.size;
+  runs.longest = 0;
+  runs.count = 0;
+  for_each_mapped_run(block, [&](DevicePtr from, DevicePtr to) {
+    if (runs.count < Block::MappedRuns::kKept) runs.runs[runs.count] = {from, to - from};
+    if (runs.count <= Block::MappedRuns::kKept) ++runs.count;
+    runs.longest = std::max<std::size_t>(runs.longest, to - from);
+    return false;
+  });
+  return runs;
+}
+
+// Whether `block`'s kept runs are what a scan finds now (for the assertion above).
+inline bool CachingAllocator::Impl::runs_still_hold(const Block& block) const {
+  const Block::MappedRuns& runs = block.mapped_runs;
+  std::uint32_t count = 0;
+  std::size_t longest = 0;
+  bool same = true;
+  for_each_mapped_run(block, [&](DevicePtr from, DevicePtr to) {
+    if (count < Block::MappedRuns::kKept) {
+      same = same && runs.runs[count].from == from && runs.runs[count].bytes == to - from;
+    }
+    if (count <= Block::MappedRuns::kKept) ++count;
+    longest = std::max<std::size_t>(longest, to - from);
+    return false;
+  });
+  return same && count == runs.count && longest == runs.longest;
+}
+
+// The tightest run of mapped pages, within one free block of `index`, that holds `size` bytes
+// at its start, or nullopt. Its pages are mapped, so the allocation needs no driver call (a
+// page still mapped at an old address of aliased memory counts as unmapped in mapped_bits).
+inline std::optional<CachingAllocator::Impl::Placement>
+CachingAllocator::Impl::tightest_mapped_run(const FreeBlockIndex& index, std::size_t size) const {
+  std::optional<Placement> best;
+  std::size_t best_bytes = SIZE_MAX;
+  const auto consider = [&](Block* block, DevicePtr from, std::size_t bytes) {
+    if (bytes >= size && bytes < best_bytes) {
+      best_bytes = bytes;
+      best = Placement{block, from, {false, 0}};
+    }
+  };
+  // Only blocks of at least `size` bytes can hold such a run: the fits, in the order for_each
+  // would reach them (a tie keeps the first), without walking every smaller free block.
+  index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* block) {
+    if (!block->range->is_span || best_bytes == size) return;
+    const Block::MappedRuns& runs = mapped_runs_of(*block);
+    if (runs.longest < size) return;  // none of its runs holds the allocation
+    if (runs.count <= Block::MappedRuns::kKept) {
+      for (std::uint32_t i = 0; i < runs.count; ++i) {
+        consider(block, runs.runs[i].from, runs.runs[i].bytes);
+      }
+      return;
+    }
+    for_each_mapped_run(*block, [&](DevicePtr from, DevicePtr to) {
+      consider(block, from, to - from);
+      return false;
+    });
+  });
+  return best;
+}
+
+inline std::size_t CachingAllocator::Impl::pages_to_map(const AddressRange& span, DevicePtr address,
+                                                        std::size_t size) const {
+  const std::size_t first = page_of(span, address);
+  const std::size_t last = page_of(span, address + size - 1);
+  return last - first + 1 - span.count_mapped(first, last + 1);
+}
+
+}  // namespace vramledger
