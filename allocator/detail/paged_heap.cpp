@@ -15,16 +15,21 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
                                                      std::size_t size) {
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
-  // Before growing, blocks of this stream still awaiting other streams become reusable here.
-  if ((block == nullptr || pages_to_map(*block->range, block->address, size) > 0) &&
-      adopt_pending_frees(heaps, pool) > 0) {
+  const auto needs_pages = [&] {
+    return block == nullptr || pages_to_map(*block->range, block->address, size) > 0;
+  };
+  bool growing = needs_pages();
+  // Before growing, blocks of this stream still awaiting other streams become reusable here
+  // (adopting none changes nothing).
+  if (growing && adopt_pending_frees(heaps, pool) > 0) {
     block = index.find(size);
+    growing = needs_pages();
   }
   DevicePtr address = 0;
   if (block == nullptr) {
     block = add_span(heaps, pool, size);
     address = block->address;
-  } else if (pages_to_map(*block->range, block->address, size) > 0) {
+  } else if (growing) {
     retire_mappings(heaps, /*wait=*/false);  // old addresses whose work is done are free again
     const Placement best = placement_when_best_fit_needs_pages(index, pool, size, block);
     block = best.block;
