@@ -429,6 +429,8 @@ def panels(cells, order) -> list[Panel]:
 
 
 def svg_matplotlib(all_panels: list[Panel], path: Path, title: str) -> bool:
+    if not all_panels:  # e.g. a run of BM_Trace cases only: nothing to chart, the plain SVG says so
+        return False
     try:
         import matplotlib
 

@@ -166,6 +166,20 @@ class TraceCases(unittest.TestCase):
         # Not mistaken for a latency column.
         self.assertNotIn("trace t5", text.split("## Recorded programs")[0])
 
+    def test_trace_cases_alone_make_an_svg_with_or_without_matplotlib(self):
+        benchmarks = [{"name": "BM_Trace/torch-native/t5/min_time:0.200/real_time",
+                       "run_type": "iteration", "real_time": 20.0, "time_unit": "ms",
+                       "ns_per_op": 150.0}]
+        for plain in (True, False):
+            with tempfile.TemporaryDirectory() as tmp:
+                source = Path(tmp) / "trace.json"
+                source.write_text(json.dumps({"context": {}, "benchmarks": benchmarks}))
+                svg = Path(tmp) / "t.svg"
+                args = [str(source), "--md", str(Path(tmp) / "t.md"), "--svg", str(svg)]
+                status, _, _ = run_pivot(*(args + (["--plain-svg"] if plain else [])))
+                self.assertEqual(status, 0)
+                ET.parse(svg)  # well-formed
+
     def test_trace_name(self):
         parsed = pivot.parse_name("BM_Trace/torch-native/gpt2_train.e2e/min_time:0.200/real_time", 1)
         self.assertEqual((parsed.family, parsed.case), ("BM_Trace", "trace gpt2_train.e2e"))
