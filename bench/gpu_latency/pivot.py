@@ -390,6 +390,15 @@ def summary(cells, order) -> str:
     text = "mixed ns/pair " + " ".join(parts)
     if ratios:
         text += " (" + ", ".join(ratios) + ")"
+    # The recorded programs: the default's CPU per operation against torch's.
+    traces = []
+    for case in trace_columns(cells, order):
+        vmm = figure(cells, "vramledger-vmm", case, "ns_per_op")
+        torch = figure(cells, "torch-native", case, "ns_per_op")
+        if vmm is not None and torch:
+            traces.append(f"{case[len(TRACE_PREFIX):]} vmm/torch-native={vmm / torch:.2f}")
+    if traces:
+        text += "; traces " + ", ".join(traces)
     return f"summary: {text}; {len(cells) - failed} cases ok, {failed} failed"
 
 

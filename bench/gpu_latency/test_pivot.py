@@ -154,8 +154,8 @@ class TraceCases(unittest.TestCase):
             source = Path(tmp) / "trace.json"
             source.write_text(json.dumps({"context": {}, "benchmarks": benchmarks}))
             md = Path(tmp) / "trace.md"
-            status, _, _ = run_pivot(str(source), "--md", str(md), "--svg", str(Path(tmp) / "t.svg"),
-                                     "--plain-svg")
+            status, self.last_stdout, _ = run_pivot(str(source), "--md", str(md), "--svg",
+                                                    str(Path(tmp) / "t.svg"), "--plain-svg")
             text = md.read_text()
         self.assertEqual(status, 0)
         self.assertIn("## Recorded programs (BM_Trace)", text)
@@ -163,6 +163,7 @@ class TraceCases(unittest.TestCase):
         self.assertIn("| vramledger-vmm | 300 (2.00x) | 0.50 |", text)
         self.assertIn("| torch-native | 150 | — |", text)
         self.assertIn("| cudaMallocAsync | failed | — |", text)
+        self.assertIn("; traces t5_train.e2e vmm/torch-native=2.00;", self.last_stdout)
         # Not mistaken for a latency column.
         self.assertNotIn("trace t5", text.split("## Recorded programs")[0])
 
