@@ -313,19 +313,10 @@ def markdown(source: Path, context: dict, cells, order) -> str:
                   "after; rmm-arena has no growth case, its arena being taken whole when built). "
                   "ms per iteration; `alloc`: the "
                   "allocate call alone.", ""]
-        header = ["allocator"]
-        for c in growth:
-            header += [f"{c} total ms", f"{c} alloc ms"]
-        rows = []
-        for a in order:
-            if not any((a, c) in cells for c in growth):
-                continue
-            row = [a]
-            for c in growth:
-                row += [cell_text(cells, a, c, "ns", lambda v: fmt_ms(None if v is None else v / 1e6)),
-                        cell_text(cells, a, c, "alloc_ms", fmt_ms)]
-            rows.append(row)
-        lines += table(header, rows)
+        lines += per_case_table(
+            cells, order, growth, lambda c: [f"{c} total ms", f"{c} alloc ms"],
+            lambda a, c: [cell_text(cells, a, c, "ns", lambda v: fmt_ms(None if v is None else v / 1e6)),
+                          cell_text(cells, a, c, "alloc_ms", fmt_ms)])
         lines.append("")
 
     lines += trace_table(cells, order)
@@ -336,6 +327,15 @@ def markdown(source: Path, context: dict, cells, order) -> str:
         lines += [f"- {a} / {c}: {e}" for a, c, e in failed]
         lines.append("")
     return "\n".join(lines)
+
+
+def per_case_table(cells, order, cases, headers, row_cells) -> list[str]:
+    """Rows: the allocators measured in any of `cases`; each case gives the columns headers(case)
+    and, per row, row_cells(allocator, case)."""
+    header = ["allocator"] + [h for c in cases for h in headers(c)]
+    rows = [[a] + [text for c in cases for text in row_cells(a, c)]
+            for a in order if any((a, c) in cells for c in cases)]
+    return table(header, rows)
 
 
 def trace_columns(cells, order) -> list[str]:
@@ -355,25 +355,20 @@ def trace_table(cells, order) -> list[str]:
              "launched, so no GPU lag): host ns per operation "
              "(allocate or free); in brackets the ratio to torch-native's; `calls/kop`: driver "
              "calls per thousand operations (vramledger only).", ""]
-    header = ["allocator"]
-    for c in traces:
-        name = c[len(TRACE_PREFIX):]
-        header += [f"{name} ns/op", f"{name} calls/kop"]
-    rows = []
-    for a in order:
-        if not any((a, c) in cells for c in traces):
-            continue
-        row = [a]
-        for c in traces:
-            mine = figure(cells, a, c, "ns_per_op")
-            theirs = figure(cells, "torch-native", c, "ns_per_op")
-            text = cell_text(cells, a, c, "ns_per_op", fmt_ns)
-            if mine is not None and theirs and a != "torch-native":
-                text += f" ({mine / theirs:.2f}x)"
-            calls = figure(cells, a, c, "calls_per_kop")
-            row += [text, "—" if calls is None else f"{calls:.2f}"]
-        rows.append(row)
-    return lines + table(header, rows) + [""]
+
+    def row_cells(a: str, c: str) -> list[str]:
+        mine = figure(cells, a, c, "ns_per_op")
+        theirs = figure(cells, "torch-native", c, "ns_per_op")
+        text = cell_text(cells, a, c, "ns_per_op", fmt_ns)
+        if mine is not None and theirs and a != "torch-native":
+            text += f" ({mine / theirs:.2f}x)"
+        calls = figure(cells, a, c, "calls_per_kop")
+        return [text, "—" if calls is None else f"{calls:.2f}"]
+
+    names = {c: c[len(TRACE_PREFIX):] for c in traces}
+    return lines + per_case_table(cells, order, traces,
+                                  lambda c: [f"{names[c]} ns/op", f"{names[c]} calls/kop"],
+                                  row_cells) + [""]
 
 
 def summary(cells, order) -> str:
