@@ -1,27 +1,9 @@
 // The caching allocator's state, declared once for every tier of the policy (as mimalloc's
 // types.h is for its files). CachingAllocator (caching_allocator.hpp) is the contract; its Impl,
 // declared here, holds every field of every tier, and each tier defines its member functions in
-// a file of its own (docs/design.md walks a request through them):
-//
-//   caching_allocator.cpp      requests: allocate, allocate_at, OOM retry, the public facade
-//   detail/block_tiling.cpp    address ranges tiled by blocks: add, split, unlink, inactive split
-//   detail/segment_heap.cpp    backend segments, split and merged, released whole (PyTorch's model)
-//   detail/paged_heap.cpp      virtual spans, pages mapped under live blocks, idle pages unmapped
-//   detail/page_placement.cpp  where an allocation goes when its best fit needs pages mapped
-//   detail/physical_pool.cpp   created, unmapped physical chunks and where new pages come from
-//   detail/fences.cpp          per-stream fences proving freed pages idle without blocking
-//   detail/page_aliasing.cpp   alias_pending_pages: pending pages re-mapped, old addresses retired
-//   detail/background_unmaps.cpp  the helper thread unmapping old addresses of moved chunks
-//   detail/frees.cpp           frees, immediate and cross-stream (record_stream events)
-//   detail/cache_release.cpp   empty_cache, release_stream, trims, teardown
-//   detail/census.cpp          queries: describe, segments, the census and its invariant checks
-//   detail/policy_events.cpp   the events each operation sends the ledger
-//   detail/front_cache.cpp     per-thread front caches (opt-in), thread_cache.hpp; docs/design.md 5
-//   detail/stream_fast_path.cpp  own-stream allocations and frees under the stream's lock alone
-//   detail/stream_lanes.cpp    lanes: heaps of their own for threads contending on one stream
-//   detail/sleep.cpp           sleep and wake by tag, sleep_state.hpp; docs/sleep.md
-//   detail/sleep_host_copies.cpp  pinned host buffers of offloaded tags, kept between sleeps
-//   detail/pool_sleep.cpp      sleep and wake of a whole segment-heap pool (CUDA graph pools)
+// a file of its own, named for its tier (`detail/paged_heap.cpp`, `detail/frees.cpp`, ...);
+// docs/design.md ("allocator/detail/ — the policy, one tier per file") maps every file and
+// walks a request through them.
 //
 // The tiers are compiled as one translation unit (allocator/meson.build, Meson's unity build)
 // and their member functions are defined `inline`, as they were when the policy was one class
