@@ -39,7 +39,9 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
                       " is not a multiple of the device granularity " +
                       format_bytes_exact(granularity));
     }
-    if (std::has_single_bit(page_bytes_)) page_shift_ = static_cast<unsigned>(std::countr_zero(page_bytes_));
+    if (std::has_single_bit(page_bytes_)) {
+      page_shift_ = static_cast<unsigned>(std::countr_zero(page_bytes_));
+    }
     std::size_t large_span = options_.span_bytes;
     if (large_span == 0) {
       large_span = info.total_bytes != 0 ? info.total_bytes : (std::size_t{1} << 40);

@@ -52,13 +52,15 @@ struct Block {
     struct Run {
       DevicePtr from = 0;
       std::size_t bytes = 0;
+      bool operator==(const Run&) const = default;
     };
     std::uint64_t version = kNever;  // the span's mapped_version when found
     DevicePtr address = 0;           // the block's extent when found
     std::size_t size = 0;
     std::size_t longest = 0;         // bytes of the longest run
     std::uint32_t count = 0;         // runs, counted up to kKept + 1
-    std::array<Run, kKept> runs{};   // the first min(count, kKept), in address order
+    std::array<Run, kKept> runs{};   // the first min(count, kKept), in address order; then empty
+    bool operator==(const MappedRuns&) const = default;
   };
   MappedRuns mapped_runs;
 

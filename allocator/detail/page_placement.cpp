@@ -169,16 +169,23 @@ inline void CachingAllocator::Impl::for_each_mapped_run(const Block& block, Visi
 // pages (T5's trace, steady state: 97.5% of the fits looked at had their runs at hand).
 inline const Block::MappedRuns& CachingAllocator::Impl::mapped_runs_of(Block& block) const {
   Block::MappedRuns& runs = block.mapped_runs;
-  const std::uint64_t version = block.range->mapped_version;
-  if (runs.version == version && runs.address == block.address && runs.size == block.size) {
-    assert(runs_still_hold(block));  // debug builds (the sanitizer runs): kept runs are current
+  if (runs.version == block.range->mapped_version && runs.address == block.address &&
+      runs.size == block.size) {
+    // Debug builds (the sanitizer runs): the kept runs are what a scan finds now.
+    assert(runs == scan_mapped_runs(block));
     return runs;
   }
-  runs.version = version;
+  runs = scan_mapped_runs(block);
+  return runs;
+}
+
+// `block`'s runs of mapped pages as its span's pages stand now, stamped with the span's
+// mapped_version and the block's extent.
+inline Block::MappedRuns CachingAllocator::Impl::scan_mapped_runs(const Block& block) const {
+  Block::MappedRuns runs;
+  runs.version = block.range->mapped_version;
   runs.address = block.address;
   runs.size = block.size;
-  runs.longest = 0;
-  runs.count = 0;
   for_each_mapped_run(block, [&](DevicePtr from, DevicePtr to) {
     if (runs.count < Block::MappedRuns::kKept) runs.runs[runs.count] = {from, to - from};
     if (runs.count <= Block::MappedRuns::kKept) ++runs.count;
@@ -186,23 +193,6 @@ inline const Block::MappedRuns& CachingAllocator::Impl::mapped_runs_of(Block& bl
     return false;
   });
   return runs;
-}
-
-// Whether `block`'s kept runs are what a scan finds now (for the assertion above).
-inline bool CachingAllocator::Impl::runs_still_hold(const Block& block) const {
-  const Block::MappedRuns& runs = block.mapped_runs;
-  std::uint32_t count = 0;
-  std::size_t longest = 0;
-  bool same = true;
-  for_each_mapped_run(block, [&](DevicePtr from, DevicePtr to) {
-    if (count < Block::MappedRuns::kKept) {
-      same = same && runs.runs[count].from == from && runs.runs[count].bytes == to - from;
-    }
-    if (count <= Block::MappedRuns::kKept) ++count;
-    longest = std::max<std::size_t>(longest, to - from);
-    return false;
-  });
-  return same && count == runs.count && longest == runs.longest;
 }
 
 // The tightest run of mapped pages, within one free block of `index`, that holds `size` bytes

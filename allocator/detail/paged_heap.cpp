@@ -96,9 +96,8 @@ inline void CachingAllocator::Impl::map_pages_for(AddressRange& span, DevicePtr 
   if (span.any_retiring(first, last + 1)) {
     retire_mappings(*span.owner, /*wait=*/true, &span, first, last + 1);
   }
-  const bool first_shared = address - span.base != page_of(span, address) * page_bytes_;
-  const bool last_shared =
-      address + size - span.base != page_of(span, address + size) * page_bytes_;
+  const bool first_shared = (address - span.base) % page_bytes_ != 0;
+  const bool last_shared = (address + size - span.base) % page_bytes_ != 0;
   std::vector<std::pair<std::size_t, std::size_t>> runs;  // (first page, pages)
   for (std::size_t i = first; i <= last; ++i) {
     if (span.is_mapped(i)) continue;

@@ -243,7 +243,7 @@ class CachingAllocator::Impl {
   template <typename Visit>
   void for_each_mapped_run(const Block& block, Visit&& visit) const;
   const Block::MappedRuns& mapped_runs_of(Block& block) const;
-  bool runs_still_hold(const Block& block) const;
+  Block::MappedRuns scan_mapped_runs(const Block& block) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);

@@ -473,7 +473,7 @@ struct PeerCases {
   std::function<void(const SizeCase&, bool shared)> pair_threads;
   std::function<void()> streams;
   std::function<void(const SizeCase&)> growth;  // empty: not in the growth list
-  std::function<void(const TraceOps&)> trace;   // empty: no trace cases (cudaMalloc)
+  std::function<void(const TraceOps&)> trace;   // empty: no trace cases (cudaMalloc, rmm-arena)
 };
 
 template <class Peer>
@@ -516,13 +516,15 @@ PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& str
       for (int threads : kThreadCounts) bm->Threads(threads);
     };
     // cudaMalloc would take minutes a trace; rmm-arena's arena is a fixed 16 GiB.
-    if (allocator != "cudaMalloc" && allocator != "rmm-arena") cases.trace = [=](const TraceOps& trace) {
-      const std::string name = "BM_Trace/" + allocator + "/" + trace.name;
-      const TraceOps* t = &trace;
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
-        trace_case(state, name, *p, *t, *s);
-      })->MinTime(min_time_s)->UseRealTime()->Unit(benchmark::kMillisecond);
-    };
+    if (allocator != "cudaMalloc" && allocator != "rmm-arena") {
+      cases.trace = [=](const TraceOps& trace) {
+        const std::string name = "BM_Trace/" + allocator + "/" + trace.name;
+        const TraceOps* t = &trace;
+        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+          trace_case(state, name, *p, *t, *s);
+        })->MinTime(min_time_s)->UseRealTime()->Unit(benchmark::kMillisecond);
+      };
+    }
     cases.streams = [=] {
       const std::string name = "BM_Streams/" + allocator + "/" + std::to_string(kRoundRobinStreams);
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
