@@ -98,15 +98,12 @@ def rows_of(invocations: List[Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any]
     return rows
 
 
-def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: int,
-            max_step: float = 1.0) -> str:
-    if row["allocator"] == REFERENCE:
-        return "reference"
-    if row["allocator"] == NATIVE_AGAIN:
-        return "A/A control: its step ratio is the measurement's own"
+def memory_problems(row: Dict[str, Any], max_ratio: float, max_spread: float,
+                    min_runs: int) -> Optional[List[str]]:
+    """The memory goals `row` misses (ratio, spread, runs); None when it has no ratio at all."""
     ratios = [r for r in row["ratios"] if r is not None]
     if not ratios:
-        return "no figure (no requested bytes)"
+        return None
     spread = max(ratios) - min(ratios)
     problems = []
     if max(ratios) > max_ratio:
@@ -115,6 +112,18 @@ def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: 
         problems.append(f"spread {spread:.4f} > {max_spread}")
     if len(ratios) < min_runs:
         problems.append(f"{len(ratios)} of {min_runs} runs")
+    return problems
+
+
+def verdict(row: Dict[str, Any], max_ratio: float, max_spread: float, min_runs: int,
+            max_step: float = 1.0) -> str:
+    if row["allocator"] == REFERENCE:
+        return "reference"
+    if row["allocator"] == NATIVE_AGAIN:
+        return "A/A control: its step ratio is the measurement's own"
+    problems = memory_problems(row, max_ratio, max_spread, min_runs)
+    if problems is None:
+        return "no figure (no requested bytes)"
     # The runs' paired per-step medians, judged by their median; against the mean of the two
     # natives (ABA) where every run had the A/A control, since that cancels the position effect.
     judged = row["aba"] if row["aba"] and all(a is not None for a in row["aba"]) else row["paired"]
@@ -133,17 +142,10 @@ def memory_goal_failures(rows: List[Dict[str, Any]], allocator: str, max_ratio: 
     if not mine:
         return [f"{allocator}: no run of it in these results"]
     for row in mine:
-        ratios = [r for r in row["ratios"] if r is not None]
-        if not ratios:
-            failures.append(f"{row['workload']}: no peak reserved / peak requested figure")
-            continue
-        if max(ratios) > max_ratio:
-            failures.append(f"{row['workload']}: ratio {max(ratios):.4f} > {max_ratio}")
-        if max(ratios) - min(ratios) > max_spread:
-            failures.append(f"{row['workload']}: spread {max(ratios) - min(ratios):.4f} > "
-                            f"{max_spread}")
-        if len(ratios) < min_runs:
-            failures.append(f"{row['workload']}: {len(ratios)} of {min_runs} runs")
+        problems = memory_problems(row, max_ratio, max_spread, min_runs)
+        if problems is None:
+            problems = ["no peak reserved / peak requested figure"]
+        failures += [f"{row['workload']}: {problem}" for problem in problems]
     return failures
 
 
