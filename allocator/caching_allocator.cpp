@@ -17,9 +17,9 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
                    (observer_ == nullptr || observer_->has_shards());
   front_max_block_ = options_.front_cache_bytes / 4;
   front_id_ = next_front_id();
-  // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp); front caches
-  // keep the one lock.
-  stream_path_possible_ = !front_enabled_;
+  // Own-stream operations under their stream's lock (detail/stream_fast_path.cpp), a front
+  // cache's misses included.
+  stream_path_possible_ = true;
   unmap_in_background_ = options_.unmap_in_background && backend_.info().allows_second_mapping;
   if (options_.round_bytes == 0 || (options_.round_bytes & (options_.round_bytes - 1)) != 0) {
     throw Error(ErrorCode::kInvalidArgument,

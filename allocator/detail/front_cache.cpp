@@ -4,9 +4,10 @@
 // own counters (accounting/ledger_shard.hpp).
 //
 // Which lock guards what: a cache's bins and its map are under its mutex(); a Block's fields,
-// Block::front included, under the allocator's mutex_. Only the owning thread parks and pops;
-// everything that reaches into another thread's cache (flushes, the census, a free or
-// record_stream from another thread, retiring) holds mutex_ first.
+// Block::front included, under its stream's lock, which the allocator's mutex_ includes (a miss
+// adopts its block on the per-stream fast path, detail/stream_fast_path.cpp). Only the owning
+// thread parks and pops; everything that reaches into another thread's cache (flushes, the
+// census, a free or record_stream from another thread, retiring) holds mutex_ first.
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -171,29 +172,48 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
     }
     mutex.unlock();
   }
-  // A miss: the heaps; the block is managed by this cache from now on if worth it. (The
-  // adoption's bookkeeping is this thread's alone: no lock.)
+  // A miss: the heaps, as allocate() asks them (its stream's lock when the per-stream fast path
+  // can serve it, else the allocator's); the block is managed by this cache from now on if worth
+  // it. (The adoption's bookkeeping is this thread's alone: no lock.)
   const bool adopt = cache->worth_adopting(size);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  std::lock_guard lock(mutex_);
-  // A shedding cache serves nothing: its parked blocks go back too, before the heap looks for
-  // memory they hold (on the VMM backend they would otherwise cost new pages and mappings).
-  if (cache->shedding() && cache->has_parked()) [[unlikely]] return_parked_locked(*cache);
-  Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
-  if (adopt && block->size <= front_max_block_) {
-    std::lock_guard cache_lock(cache->mutex());
-    FrontBlock* front = cache->entries.create();
-    front->block = block;
-    front->address = block->address;
-    front->size = block->size;
-    front->requested = bytes;
-    front->stream = stream;
-    front->pool = block->range->pool;
-    front->parked = false;
-    cache->manage(block->address, front);
-    block->front = cache;
+  // A shedding cache serves nothing: its parked blocks go back too, under the allocator's lock,
+  // before the heap looks for memory they hold (on the VMM backend they would otherwise cost new
+  // pages and mappings).
+  const bool return_parked = cache->shedding() && cache->has_parked();
+  const bool stream_path = stream_path_.load(std::memory_order_acquire);
+  if (stream_path && !return_parked) {
+    if (const DevicePtr ptr =
+            stream_allocate(bytes, size, pool, stream, tag, adopt ? cache : nullptr)) {
+      return ptr;
+    }
   }
+  const bool waited = !mutex_.try_lock();
+  if (waited) mutex_.lock();
+  std::lock_guard lock(mutex_, std::adopt_lock);
+  if (waited) note_allocator_lock_waited();  // detail/stream_lanes.cpp
+  locked_allocations_ += stream_path ? 1 : 0;
+  if (return_parked) [[unlikely]] return_parked_locked(*cache);
+  Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
+  if (adopt && block->size <= front_max_block_) adopt_front_block(*cache, block, bytes, stream);
   return block->address;
+}
+
+// Under the block's stream lock (or the allocator's): `block`, just handed out, is managed by
+// `cache` from now on.
+inline void CachingAllocator::Impl::adopt_front_block(ThreadCache& cache, Block* block,
+                                                      std::size_t bytes, StreamHandle stream) {
+  std::lock_guard cache_lock(cache.mutex());
+  FrontBlock* front = cache.entries.create();
+  front->block = block;
+  front->address = block->address;
+  front->size = block->size;
+  front->requested = bytes;
+  front->stream = stream;
+  front->pool = block->range->pool;
+  front->parked = false;
+  cache.manage(block->address, front);
+  block->front = &cache;
 }
 
 inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
@@ -254,6 +274,8 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
 
 // A free the heap does: a block of no front cache, or of one that lets go of it first.
 inline void CachingAllocator::Impl::front_free_by_heap(DevicePtr ptr) {
+  // Under its stream's lock when the per-stream fast path may (it declines front-held blocks).
+  if (stream_path_.load(std::memory_order_acquire) && stream_deallocate(ptr)) return;
   {
     std::lock_guard lock(mutex_);
     Block* block = live_.find(ptr);
@@ -319,41 +341,6 @@ inline void CachingAllocator::Impl::front_detach(DevicePtr ptr) {
   if (block != nullptr && block->front != nullptr && block->state == BlockState::kAllocated) {
     detach_front_block_locked(block, "record_stream");
   }
-}
-
-inline bool CachingAllocator::Impl::front_owns(DevicePtr ptr, bool* owned) const {
-  if (!front_enabled_) return false;
-  std::lock_guard lock(mutex_);
-  const Block* block = live_.find(ptr);
-  if (block == nullptr || block->front == nullptr) return false;
-  std::lock_guard cache_lock(block->front->mutex());
-  const FrontBlock* front = block->front->blocks.find(ptr);
-  if (front == nullptr) return false;
-  *owned = !front->parked;
-  return true;
-}
-
-inline bool CachingAllocator::Impl::front_describe(DevicePtr ptr, AllocationInfo* info) const {
-  if (!front_enabled_) return false;
-  std::lock_guard lock(mutex_);
-  const Block* block = live_.find(ptr);
-  if (block == nullptr) block = block_containing(ptr);
-  if (block == nullptr || block->front == nullptr) return false;
-  std::lock_guard cache_lock(block->front->mutex());
-  const FrontBlock* front = block->front->blocks.find(block->address);
-  if (front == nullptr) return false;
-  if (front->parked) {
-    throw Error(ErrorCode::kInvalidPointer,
-                "pointer " + format_hex(ptr) + " is not inside a live vramledger allocation");
-  }
-  info->base = block->address;
-  info->size = block->size;
-  info->requested = front->requested;
-  info->stream = front->stream;
-  info->tag = kUntagged;
-  info->segment_base = block->range->base;
-  info->segment_size = block->range->size;
-  return true;
 }
 
 inline void CachingAllocator::Impl::flush_front_caches() {
@@ -442,54 +429,6 @@ inline void CachingAllocator::Impl::retire_front_caches() {
       retire_front_cache_locked(*cache);
     } catch (...) {
       // Best effort, as the rest of the teardown: the device may be gone.
-    }
-  }
-}
-
-// The heaps count front-managed blocks as allocated; the user (and the ledger) sees parked ones
-// as free memory and held ones with the request of their latest allocation.
-inline void CachingAllocator::Impl::front_census_locked(BlockCensus& census) const {
-  if (!front_enabled_) return;
-  std::lock_guard registry(front_mutex_);
-  for (const auto& cache : front_caches_) {
-    std::lock_guard cache_lock(cache->mutex());
-    cache->blocks.for_each([&](const FrontBlock* front) {
-      BlockCensus::PerPool& out = census.pools[pool_index(front->pool)];
-      const auto size = static_cast<std::int64_t>(front->size);
-      const auto heap_requested = static_cast<std::int64_t>(front->block->requested);
-      if (front->parked) {
-        out.allocation--;
-        out.allocated_bytes -= size;
-        out.active--;
-        out.active_bytes -= size;
-        out.requested_bytes -= heap_requested;
-        out.free_bytes += size;  // an allocated block is backed whole
-        out.largest_free_block = std::max(out.largest_free_block, size);
-      } else {
-        out.requested_bytes += static_cast<std::int64_t>(front->requested) - heap_requested;
-      }
-    });
-  }
-}
-
-inline void CachingAllocator::Impl::front_segments_locked(
-    std::vector<SegmentInfo>& segments) const {
-  if (!front_enabled_) return;
-  for (SegmentInfo& segment : segments) {
-    for (BlockInfo& info : segment.blocks) {
-      if (!info.allocated) continue;
-      const Block* block = live_.find(info.address);
-      if (block == nullptr || block->front == nullptr) continue;
-      std::lock_guard cache_lock(block->front->mutex());
-      const FrontBlock* front = block->front->blocks.find(info.address);
-      if (front == nullptr) continue;
-      if (front->parked) {
-        info.allocated = false;
-        info.active = false;
-        info.requested = 0;
-      } else {
-        info.requested = front->requested;
-      }
     }
   }
 }

@@ -86,7 +86,8 @@ class CachingAllocator::Impl {
   // detail/cache_release.cpp
   void empty_cache();
   void release_stream(StreamHandle stream);
-  // detail/front_cache.cpp: the front caches' entry points (each falls back to the heap path)
+  // detail/front_cache.cpp: the front caches' entry points (each falls back to the heap path);
+  // front_owns and front_describe in detail/front_cache_queries.cpp
   DevicePtr front_allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                            std::size_t block_bytes);
   void front_deallocate(DevicePtr ptr);
@@ -152,7 +153,6 @@ class CachingAllocator::Impl {
   void check_active_bytes_locked() const;
 
   // ---- requests (caching_allocator.cpp)
-
   DevicePtr hand_out(Block* block, std::size_t bytes, StreamHandle stream, TagId tag,
                      SplitDelta& split);
   // Under the allocator's lock.
@@ -325,7 +325,6 @@ class CachingAllocator::Impl {
   void complete_free(Block* block, EventKind kind) { complete_free(block, kind, pending_split_); }
 
   // ---- the per-stream fast path (detail/stream_fast_path.cpp; docs/design.md 4)
-
   void start_stream_path_locked();
   void publish_stream_locked(StreamHeaps& heaps);
   void withdraw_stream_locked(StreamHeaps& heaps);
@@ -334,7 +333,7 @@ class CachingAllocator::Impl {
   bool stream_path_open_locked() const;
   bool stream_free_allowed_locked(const StreamHeaps& heaps, const Block* block) const;
   DevicePtr stream_allocate(std::size_t bytes, std::size_t size, PoolKind pool,
-                            StreamHandle stream, TagId tag);
+                            StreamHandle stream, TagId tag, ThreadCache* adopt_into = nullptr);
   bool stream_deallocate(DevicePtr ptr);
   void process_completed_frees_locked();
   std::size_t adopt_pending_frees(StreamHeaps& owner, PoolKind pool);
@@ -469,9 +468,9 @@ class CachingAllocator::Impl {
   SleepingTag pool_sleep_;
 
   // ---- front caches (detail/front_cache.cpp, thread_cache.hpp; docs/design.md, 5.2)
-  // Lock order: mutex_ -> front_mutex_ -> a ThreadCache's mutex(); the observer's own lock sits
-  // between mutex_ and the caches' (a cache's mutex is its ledger shard's). A thread holding a
-  // cache's mutex takes no other lock.
+  // Lock order: mutex_ (or one stream's lock: adoption) -> front_mutex_ -> a ThreadCache's
+  // mutex(); the observer's lock sits between those and the caches' (a cache's mutex is its
+  // ledger shard's). A thread holding a cache's mutex takes no other lock.
   bool front_enabled_ = false;
   std::size_t front_max_block_ = 0;  // larger blocks never enter a front cache
   std::uint64_t front_id_ = 0;       // never reused: thread-local lookups key on it
@@ -483,6 +482,7 @@ class CachingAllocator::Impl {
   static void retire_front_cache_of(void* impl, const std::shared_ptr<ThreadCache>& cache);
   ThreadCache* front_cache_of_thread();
   ThreadCache* front_cache_if_any() const;
+  void adopt_front_block(ThreadCache& cache, Block* block, std::size_t bytes, StreamHandle stream);
   Block* allocate_block_locked(std::size_t bytes, std::size_t size, PoolKind pool,
                                StreamHandle stream, TagId tag);
   std::size_t request_size(std::size_t bytes, std::size_t block_bytes) const;

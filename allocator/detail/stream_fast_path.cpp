@@ -78,7 +78,7 @@ inline bool CachingAllocator::Impl::stream_path_open_locked() const {
 // The block, or 0 when the allocator's lock must serve the request (nothing changed then).
 inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std::size_t size,
                                                          PoolKind pool, StreamHandle stream,
-                                                         TagId tag) {
+                                                         TagId tag, ThreadCache* adopt_into) {
   LaneChoice* lane = lane_choice_of_thread(stream);  // detail/stream_lanes.cpp
   StreamHeaps* heaps = mutex_.find(stream, lane == nullptr ? 0 : lane->lane);
   if (heaps == nullptr) return 0;
@@ -126,7 +126,14 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
     take_from_segment(index, pool, block, size, split);
   }
   split.shard = heaps->ledger_shard;
-  return hand_out(block, bytes, stream, tag, split);
+  const DevicePtr address = hand_out(block, bytes, stream, tag, split);
+  if (adopt_into != nullptr && block->size <= front_max_block_) {
+    adopt_front_block(*adopt_into, block, bytes, stream);
+    // Its allocation waits in this stream's shard, what follows (its free, its next allocations)
+    // in the cache's: the trace must have the allocation first, as the locked path's would.
+    if (heaps->ledger_shard != nullptr) heaps->ledger_shard->publish();
+  }
+  return address;
 }
 
 // Under `heaps`' lock: whether `block` (live, at the address being freed) may be freed here.

@@ -13,6 +13,7 @@
 #include "allocator/caching_allocator.hpp"
 #include "allocator/errors.hpp"
 #include "allocator/simulated/simulated_device.hpp"
+#include "tests/stress/ledger_replay_check.hpp"
 
 namespace vramledger {
 namespace {
@@ -188,6 +189,61 @@ TEST_P(FrontCacheTest, AFreeFromAnotherThreadAndThreadExitKeepTheBooks) {
   allocator_.empty_cache();
   EXPECT_EQ(all().allocated_bytes.current, 0);
   expect_consistent();
+}
+
+// Once a second stream opens the per-stream fast path (docs/design.md 4), a front cache's miss
+// is served, and its block adopted, under the stream's lock alone, and so is the heap's free of
+// a block no cache manages: after a warm-up, rounds of both never take the allocator's lock,
+// which growth still does. The adopted block's allocation is counted in the stream's ledger
+// shard and what follows in the cache's; the trace keeps their order (a replay gives the same
+// counters and peaks).
+TEST_P(FrontCacheTest, MissesAndHeapFreesTakeOnlyTheirStreamsLock) {
+  // Blocks up to 256 KiB enter the cache: the rooms and the heap's sizes below never do.
+  Ledger ledger;
+  CachingAllocator allocator(device_, &ledger, with_front_cache(kMiB));
+  const StreamHandle a = device_.create_stream();
+  const StreamHandle b = device_.create_stream();
+  constexpr std::size_t kCached = 48 * kKiB;
+  const auto heap_size = [](int round) { return (300 + 4 * static_cast<std::size_t>(round)) * kKiB; };
+  // Room on each stream, live at once (paged heap: neither stream's pages go to the other): the
+  // second stream opens the fast path. The cached size asked for once: not adopted yet.
+  const DevicePtr room_a = allocator.allocate(8 * kMiB, a);
+  const DevicePtr room_b = allocator.allocate(8 * kMiB, b);
+  allocator.deallocate(allocator.allocate(kCached, a));
+  for (const StreamHandle stream : {a, b}) allocator.deallocate(allocator.allocate(heap_size(4), stream));
+  allocator.deallocate(room_a);
+  allocator.deallocate(room_b);
+  const std::int64_t opened = allocator.census().locked_allocations;
+  DevicePtr adopted = 0;
+  for (int round = 0; round < 4; ++round) {
+    // Round 0: a miss the fast path serves and the cache adopts; then hits.
+    const DevicePtr cached = allocator.allocate(kCached, a);
+    if (round == 0) adopted = cached;
+    EXPECT_EQ(cached, adopted) << "round " << round;
+    for (const StreamHandle stream : {a, b}) {
+      allocator.deallocate(allocator.allocate(heap_size(round), stream));  // the heap's free
+    }
+    allocator.deallocate(cached);  // parked
+  }
+  EXPECT_EQ(allocator.census().locked_allocations, opened)
+      << "misses or heap frees took the allocator's lock";
+  const DevicePtr grown = allocator.allocate(64 * kMiB, a);  // no free block holds it: growth
+  EXPECT_EQ(allocator.census().locked_allocations, opened + 1) << "the fast path is not open";
+  allocator.deallocate(grown);
+  // Parked in this thread's cache, the block serves no other thread: a second thread's
+  // allocation of the same size gets other bytes.
+  std::thread other_thread([&] {
+    const DevicePtr ptr = allocator.allocate(kCached, a);
+    EXPECT_NE(ptr, adopted) << "the block is not in the front cache";
+    allocator.deallocate(ptr);
+  });
+  other_thread.join();
+  for (const bool emptied : {false, true}) {
+    if (emptied) allocator.empty_cache();
+    const ConsistencyReport report = check_consistency(ledger, allocator.census());
+    EXPECT_TRUE(report.ok()) << report.to_string();
+  }
+  stress::expect_replay_agrees(ledger);
 }
 
 TEST_P(FrontCacheTest, OutOfMemoryRetryReclaimsParkedBlocks) {
