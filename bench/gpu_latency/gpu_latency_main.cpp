@@ -318,6 +318,14 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   if constexpr (requires { peer.lane_choices(); }) {
     if (thread == 0) lane_choices_before = peer.lane_choices();
   }
+  std::int64_t locked_before = 0;
+  std::int64_t slow_before = 0;
+  if constexpr (requires { peer.locked_allocations(); }) {
+    if (thread == 0) {
+      locked_before = peer.locked_allocations();
+      slow_before = peer.ledger_slow_events();
+    }
+  }
   std::size_t j = kPatternLength;
   for (auto _ : state) {
     try {
@@ -333,6 +341,17 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
       const auto pairs = static_cast<double>(state.iterations()) * state.threads();
       state.counters["calls_per_kpair"] =
           1000.0 * static_cast<double>(peer.driver_calls() - calls_before) / pairs;
+    }
+  }
+  // What the threads still share, per thousand pairs of all threads: allocations that took the
+  // allocator's lock, and ledger events that took its exact path (every shard's mutex).
+  if constexpr (requires { peer.locked_allocations(); }) {
+    if (thread == 0) {
+      const auto pairs = static_cast<double>(state.iterations()) * state.threads();
+      state.counters["locked_per_kpair"] =
+          1000.0 * static_cast<double>(peer.locked_allocations() - locked_before) / pairs;
+      state.counters["exact_per_kpair"] =
+          1000.0 * static_cast<double>(peer.ledger_slow_events() - slow_before) / pairs;
     }
   }
   // Lanes given during the run (docs/design.md 4): a few when threads first contend; more means

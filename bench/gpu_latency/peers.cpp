@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "bench/gpu_latency/peers.hpp"
 
 #include <chrono>
@@ -35,6 +36,15 @@ void throw_cuda(cudaError_t error, const char* call, std::size_t bytes) {
 }
 
 // --------------------------------------------------------------------------- GatedLedger
+
+LedgerOptions GatedLedger::ledger_options() {
+  LedgerOptions options;
+  const char* capacity = std::getenv("VRAMLEDGER_BENCH_TRACE_CAPACITY");
+  if (capacity != nullptr && *capacity != '\0') {
+    options.trace_capacity = std::strtoull(capacity, nullptr, 10);
+  }
+  return options;
+}
 
 std::string GatedLedger::describe() const {
   std::lock_guard<SpinMutex> lock(mutex_);

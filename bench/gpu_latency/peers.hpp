@@ -55,6 +55,9 @@ struct GrowthSample {
 // returns at once while history recording is off (the default), so it is left out here.
 class GatedLedger final : public AllocatorObserver {
  public:
+  // VRAMLEDGER_BENCH_TRACE_CAPACITY (records; 0: no trace) sets the ledger's trace ring, to
+  // measure what recording every event costs the threads (default: the ledger's own).
+  GatedLedger() : ledger_(ledger_options()) {}
   void on_event(const AllocatorEvent& event) noexcept override {
     std::lock_guard<SpinMutex> lock(mutex_);
     ledger_.on_event(event);
@@ -79,6 +82,9 @@ class GatedLedger final : public AllocatorObserver {
   // state, not the first million events' page faults (which made the first case of each peer
   // the slowest: 512 B in every table before this).
   void prefault_trace() { ledger_.trace().prefault(); }
+  std::int64_t slow_events() const {
+    return static_cast<std::int64_t>(ledger_.shard_tally().slow);
+  }
   // Maps, unmaps, device allocations and frees so far (the ledger's counts of those events).
   std::int64_t driver_calls() const {
     const LedgerCounters counters = ledger_.counters();
@@ -87,6 +93,7 @@ class GatedLedger final : public AllocatorObserver {
   }
 
  private:
+  static LedgerOptions ledger_options();
   mutable SpinMutex mutex_;  // as the plugin's EventGate
   Ledger ledger_;
 };
@@ -131,6 +138,11 @@ class VramledgerPeer {
   std::int64_t driver_calls() const { return ledger_.driver_calls(); }
   // Lanes given to threads so far (BlockCensus::lane_choices; takes the allocator's lock).
   std::int64_t lane_choices() const { return allocator_->census().lane_choices; }
+  // Where the hot path's work went (docs/design.md 4, 5.2): allocations the per-stream fast path
+  // left to the allocator's lock (PolicyFigures::locked_allocations), and shard events that took
+  // the ledger's exact path (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
+  std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
+  std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
 
  private:
   std::string conf_;
