@@ -60,6 +60,8 @@ class ThreadCache {
       parked_bytes -= front->size;
       parked_changed();
       note_hit();
+      streams_first_hit_ = !bins->hit;
+      bins->hit = true;
       return front;
     }
     return nullptr;
@@ -163,7 +165,13 @@ class ThreadCache {
   // 512 B - 4 MiB, simulated device, one thread), before this: 16% of pairs took the shard's
   // slow path, 19% of heap allocations the ledger's exact path, and a pair cost 2-3x as much
   // as with front caches off.
-  void note_slow_hit() noexcept { escrow_ = std::max(kMinScore, escrow_ - 1 - kSlowHitCost); }
+  // A stream's first hit is exempt: the shard holds no credit for a stream it has not raised a
+  // counter of yet, so that hit takes the slow path whatever the headroom (before, a thread's
+  // first hits on two streams set its cache shedding at once).
+  void note_slow_hit() noexcept {
+    if (streams_first_hit_) return;
+    escrow_ = std::max(kMinScore, escrow_ - 1 - kSlowHitCost);
+  }
   bool shedding() const noexcept { return escrow_ < 0; }
 
   // Calls take(front) for every parked block (of `stream` only, unless null), unparking them
@@ -220,6 +228,7 @@ class ThreadCache {
     StreamHandle stream = 0;
     std::array<Bin, kSizes> sizes{};
     std::size_t next_victim = 0;
+    bool hit = false;  // a pop has hit these bins since they were given to the stream
   };
 
   StreamBins* bins_of(StreamHandle stream) noexcept {
@@ -242,6 +251,7 @@ class ThreadCache {
   int score_ = kInitialScore;
   int escrow_ = kInitialScore;  // cheap hits minus weighted slow ones, bounded
   std::uint32_t probe_ = 0;
+  bool streams_first_hit_ = false;  // the latest pop was its stream's first hit
   std::array<StreamBins, kStreams> streams_{};
   std::size_t streams_used_ = 0;
 };

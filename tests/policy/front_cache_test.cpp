@@ -246,6 +246,35 @@ TEST_P(FrontCacheTest, MissesAndHeapFreesTakeOnlyTheirStreamsLock) {
   stress::expect_replay_agrees(ledger);
 }
 
+// A fresh cache's ledger shard meets each stream through its slow path at that stream's first
+// hit: a thread starting on as many streams as its bins hold must not take those for a sign
+// that the counters sit at their peaks and start shedding (a shedding cache lets the heap free
+// its blocks, where another thread's allocation would then get the same bytes).
+TEST_P(FrontCacheTest, FirstHitsOnSeveralStreamsDoNotShed) {
+  constexpr std::size_t kBytes = 16 * kKiB;
+  std::vector<StreamHandle> streams;
+  std::vector<DevicePtr> parked;
+  for (int i = 0; i < 4; ++i) streams.push_back(device_.create_stream());
+  warm(kBytes, streams[0]);  // the size asked for once: adopted from now on
+  for (const StreamHandle stream : streams) {
+    allocator_.deallocate(allocator_.allocate(kBytes, stream));  // adopted, parked
+    const DevicePtr hit = allocator_.allocate(kBytes, stream);   // this stream's first hit
+    allocator_.deallocate(hit);
+    parked.push_back(hit);
+  }
+  std::thread other_thread([&] {
+    for (std::size_t i = 0; i < streams.size(); ++i) {
+      const DevicePtr ptr = allocator_.allocate(kBytes, streams[i]);
+      EXPECT_NE(ptr, parked[i]) << "stream " << i << ": its block left the cache";
+      allocator_.deallocate(ptr);
+    }
+  });
+  other_thread.join();
+  expect_consistent();
+  for (const StreamHandle stream : streams) allocator_.release_stream(stream);
+  expect_consistent();
+}
+
 TEST_P(FrontCacheTest, OutOfMemoryRetryReclaimsParkedBlocks) {
   SimulatedDeviceOptions options = device_options(GetParam());
   options.capacity_bytes = 64 * kMiB;
