@@ -122,10 +122,10 @@ class CachingAllocator::Impl {
   // them early also keeps every size computation below far from overflow.
   static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 44;  // 16 TiB
 
-  // A mask when `multiple` is a power of two (the request rounding, pages): every allocation
-  // rounds, and a 64-bit division costs tens of cycles.
+  // A mask when `multiple` is a power of two (every allocation rounds; a division costs tens of
+  // cycles). Not std::has_single_bit: on baseline x86-64 that calls libgcc's __popcountdi2.
   static std::size_t round_up(std::size_t value, std::size_t multiple) {
-    if (std::has_single_bit(multiple)) return (value + multiple - 1) & ~(multiple - 1);
+    if ((multiple & (multiple - 1)) == 0) return (value + multiple - 1) & ~(multiple - 1);
     return (value + multiple - 1) / multiple * multiple;
   }
   static constexpr int pool_index(PoolKind pool) { return static_cast<int>(pool); }
