@@ -246,6 +246,33 @@ TEST_P(FrontCacheTest, MissesAndHeapFreesTakeOnlyTheirStreamsLock) {
   stress::expect_replay_agrees(ledger);
 }
 
+// An adopted block's allocation is counted in its stream's ledger shard, its free and what
+// follows in the cache's shard: once the cache's shard fills its staged records it folds alone,
+// and the trace must already hold the allocation (the stream shard is published at adoption),
+// else a replay meets the free of a block it never saw allocated.
+TEST_P(FrontCacheTest, AnAdoptedBlocksAllocationPrecedesItsFreeInTheTrace) {
+  Ledger ledger;
+  CachingAllocator allocator(device_, &ledger, with_front_cache(kMiB));
+  const StreamHandle a = device_.create_stream();
+  const StreamHandle b = device_.create_stream();
+  const DevicePtr room_a = allocator.allocate(8 * kMiB, a);  // both live: the fast path opens
+  const DevicePtr room_b = allocator.allocate(8 * kMiB, b);
+  allocator.deallocate(room_a);
+  allocator.deallocate(room_b);
+  constexpr std::size_t kHit = 16 * kKiB;
+  constexpr std::size_t kAdopted = 48 * kKiB;
+  for (int i = 0; i < 3; ++i) allocator.deallocate(allocator.allocate(kHit, a));  // hits on a
+  allocator.deallocate(allocator.allocate(kAdopted, a));  // asked once
+  const std::int64_t locked = allocator.census().locked_allocations;
+  allocator.deallocate(allocator.allocate(kAdopted, a));  // adopted on the fast path, parked
+  ASSERT_EQ(allocator.census().locked_allocations, locked) << "the miss took the allocator's lock";
+  // More than a shard's staged records (LedgerShard::kStaged) of hits: the cache's shard folds.
+  for (int i = 0; i < 100; ++i) allocator.deallocate(allocator.allocate(kHit, a));
+  stress::expect_replay_agrees(ledger);
+  const ConsistencyReport report = check_consistency(ledger, allocator.census());
+  EXPECT_TRUE(report.ok()) << report.to_string();
+}
+
 // A fresh cache's ledger shard meets each stream through its slow path at that stream's first
 // hit: a thread starting on as many streams as its bins hold must not take those for a sign
 // that the counters sit at their peaks and start shedding (a shedding cache lets the heap free
