@@ -61,16 +61,33 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
                                                   std::size_t block_bytes) {
   const std::size_t size = request_size(bytes, block_bytes);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  return allocate_from_heaps(bytes, size, pool, stream, tag);
+}
+
+// The heaps serve a request: under its stream's lock when the per-stream fast path can, else
+// under the allocator's. A front cache's miss (detail/front_cache.cpp) names its cache: with
+// `adopt` the block is managed by it from now on; with `return_parked` its parked blocks go back
+// to their heaps first (the allocator's lock then).
+inline DevicePtr CachingAllocator::Impl::allocate_from_heaps(std::size_t bytes, std::size_t size,
+                                                             PoolKind pool, StreamHandle stream,
+                                                             TagId tag, ThreadCache* cache,
+                                                             bool adopt, bool return_parked) {
   const bool stream_path = stream_path_.load(std::memory_order_acquire);
-  if (stream_path) {
-    if (const DevicePtr ptr = stream_allocate(bytes, size, pool, stream, tag)) return ptr;
+  if (stream_path && !return_parked) {
+    if (const DevicePtr ptr =
+            stream_allocate(bytes, size, pool, stream, tag, adopt ? cache : nullptr)) {
+      return ptr;
+    }
   }
   const bool waited = !mutex_.try_lock();
   if (waited) mutex_.lock();
   std::lock_guard lock(mutex_, std::adopt_lock);
   if (waited) note_allocator_lock_waited();  // detail/stream_lanes.cpp
   locked_allocations_ += stream_path ? 1 : 0;
-  return allocate_block_locked(bytes, size, pool, stream, tag)->address;
+  if (return_parked) [[unlikely]] return_parked_locked(*cache);
+  Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
+  if (adopt && block->size <= front_max_block_) adopt_front_block(*cache, block, bytes, stream);
+  return block->address;
 }
 
 // The block size a request gets; throws for 0 and impossible sizes.

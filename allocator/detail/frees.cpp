@@ -23,6 +23,9 @@ inline void CachingAllocator::Impl::deallocate(DevicePtr ptr) {
                     " was already freed (its memory still waits for other streams)");
   }
   if (block->stream_uses.empty()) {
+    // Held by a front cache (another thread's, or this thread's while it sheds): it lets go
+    // (detail/front_cache.cpp; a parked one is a double free, refused with nothing changed).
+    if (block->front != nullptr) detach_front_block_locked(block, "free");
     live_.erase(ptr);
     complete_free(block, EventKind::kFree);
     return;

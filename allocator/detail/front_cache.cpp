@@ -172,31 +172,14 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
     }
     mutex.unlock();
   }
-  // A miss: the heaps, as allocate() asks them (its stream's lock when the per-stream fast path
-  // can serve it, else the allocator's); the block is managed by this cache from now on if worth
-  // it. (The adoption's bookkeeping is this thread's alone: no lock.)
+  // A miss: the heaps, as allocate() asks them; the block is managed by this cache from now on
+  // if worth it. (The adoption's bookkeeping is this thread's alone: no lock.) A shedding cache
+  // serves nothing: its parked blocks go back too, before the heap looks for memory they hold
+  // (on the VMM backend they would otherwise cost new pages and mappings).
   const bool adopt = cache->worth_adopting(size);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  // A shedding cache serves nothing: its parked blocks go back too, under the allocator's lock,
-  // before the heap looks for memory they hold (on the VMM backend they would otherwise cost new
-  // pages and mappings).
-  const bool return_parked = cache->shedding() && cache->has_parked();
-  const bool stream_path = stream_path_.load(std::memory_order_acquire);
-  if (stream_path && !return_parked) {
-    if (const DevicePtr ptr =
-            stream_allocate(bytes, size, pool, stream, tag, adopt ? cache : nullptr)) {
-      return ptr;
-    }
-  }
-  const bool waited = !mutex_.try_lock();
-  if (waited) mutex_.lock();
-  std::lock_guard lock(mutex_, std::adopt_lock);
-  if (waited) note_allocator_lock_waited();  // detail/stream_lanes.cpp
-  locked_allocations_ += stream_path ? 1 : 0;
-  if (return_parked) [[unlikely]] return_parked_locked(*cache);
-  Block* block = allocate_block_locked(bytes, size, pool, stream, tag);
-  if (adopt && block->size <= front_max_block_) adopt_front_block(*cache, block, bytes, stream);
-  return block->address;
+  return allocate_from_heaps(bytes, size, pool, stream, tag, cache, adopt,
+                             cache->shedding() && cache->has_parked());
 }
 
 // Under the block's stream lock (or the allocator's): `block`, just handed out, is managed by
@@ -229,9 +212,9 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
       }
       if (cache->shedding()) [[unlikely]] {
         // The shard's hits cost more than they save (ThreadCache::note_slow_hit): the heap frees
-        // it below, as a block of another thread's cache. Only this thread can free it meanwhile.
+        // it, as a block of another thread's cache. Only this thread can free it meanwhile.
         mutex.unlock();
-        return front_free_by_heap(ptr);
+        return deallocate(ptr);
       }
       const AllocatorEvent event = front_event(EventKind::kFree, *front);
       ObserverShard* shard = cache->shard;
@@ -269,26 +252,7 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
     }
     mutex.unlock();
   }
-  front_free_by_heap(ptr);
-}
-
-// A free the heap does: a block of no front cache, or of one that lets go of it first.
-inline void CachingAllocator::Impl::front_free_by_heap(DevicePtr ptr) {
-  // Under its stream's lock when the per-stream fast path may (it declines front-held blocks).
-  if (stream_path_.load(std::memory_order_acquire) && stream_deallocate(ptr)) return;
-  {
-    std::lock_guard lock(mutex_);
-    Block* block = live_.find(ptr);
-    if (block != nullptr && block->state == BlockState::kAllocated && block->stream_uses.empty()) {
-      // Held by a front cache (another thread's, or this one's while shedding): it lets go.
-      if (block->front != nullptr) detach_front_block_locked(block, "free");
-      // The heap's immediate free, as deallocate() does it (frees.cpp), under this one lock.
-      live_.erase(ptr);
-      complete_free(block, EventKind::kFree);
-      return;
-    }
-  }
-  deallocate(ptr);  // unknown pointers, double frees, frees recorded on other streams
+  deallocate(ptr);  // a block of no front cache, or of another thread's (frees.cpp)
 }
 
 // `block`, parked and already taken out of its cache, goes back to its heap. The ledger counted

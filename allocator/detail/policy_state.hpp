@@ -70,6 +70,9 @@ class CachingAllocator::Impl {
 
   // caching_allocator.cpp
   DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag, std::size_t block_bytes);
+  DevicePtr allocate_from_heaps(std::size_t bytes, std::size_t size, PoolKind pool,
+                                StreamHandle stream, TagId tag, ThreadCache* cache = nullptr,
+                                bool adopt = false, bool return_parked = false);
   DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag);
   void set_cap(std::size_t cap);
   void set_no_split(bool no_split);
@@ -86,12 +89,10 @@ class CachingAllocator::Impl {
   // detail/cache_release.cpp
   void empty_cache();
   void release_stream(StreamHandle stream);
-  // detail/front_cache.cpp: the front caches' entry points (each falls back to the heap path);
-  // front_owns and front_describe in detail/front_cache_queries.cpp
+  // detail/front_cache.cpp, front_cache_queries.cpp: front caches (each falls back to the heaps)
   DevicePtr front_allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                            std::size_t block_bytes);
   void front_deallocate(DevicePtr ptr);
-  void front_free_by_heap(DevicePtr ptr);
   bool front_owns(DevicePtr ptr, bool* owned) const;
   bool front_describe(DevicePtr ptr, AllocationInfo* info) const;
   void front_detach(DevicePtr ptr);
