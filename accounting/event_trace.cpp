@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "allocator/errors.hpp"
@@ -49,15 +50,50 @@ TraceRecord* EventTrace::allocate_ring(std::size_t capacity) {
   return static_cast<TraceRecord*>(ring);
 }
 
+EventTrace::Reservation EventTrace::reserve(std::size_t count) noexcept {
+  wait_for_fills_below(count);
+  if (filling_.load(std::memory_order_acquire) == 0) fill_window_start_ = appended_;
+  filling_.fetch_add(1, std::memory_order_relaxed);
+  Reservation slots;
+  slots.filling_ = &filling_;
+  const std::size_t first = std::min(count, capacity_ - next_slot_);
+  slots.runs_[0] = records_.get() + next_slot_;
+  slots.counts_[0] = first;
+  if (first < count) {
+    slots.runs_[1] = records_.get();
+    slots.counts_[1] = count - first;
+  }
+  appended_ += count;
+  next_slot_ += count;
+  if (next_slot_ >= capacity_) next_slot_ -= capacity_;
+  return slots;
+}
+
+void EventTrace::fill(Reservation& slots, const TraceRecord* records) noexcept {
+  if (slots.filling_ == nullptr) return;
+  copy_past_caches(slots.runs_[0], records, slots.counts_[0]);
+  if (slots.counts_[1] > 0) copy_past_caches(slots.runs_[1], records + slots.counts_[0], slots.counts_[1]);
+  // Release: whoever sees the count drop (a writer about to reuse the slots) sees the records.
+  slots.filling_->fetch_sub(1, std::memory_order_release);
+  slots = Reservation{};
+}
+
+void EventTrace::wait_for_fills() noexcept {
+  while (filling_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+}
+
 void EventTrace::prefault() noexcept {
   if (capacity_ == 0) return;
+  wait_for_fills();
   // Zero bytes are a valid TraceRecord (an implicit-lifetime aggregate); nothing reads a slot
   // before append() has written it.
   std::memset(static_cast<void*>(records_.get()), 0, capacity_ * sizeof(TraceRecord));
 }
 
+// A fill in flight writes through the source's storage and counts down the source's `filling_`:
+// moving waits for it (a moved ledger is not allocating anyway).
 EventTrace::EventTrace(EventTrace&& other) noexcept
-    : capacity_(std::exchange(other.capacity_, 0)),
+    : capacity_((other.wait_for_fills(), std::exchange(other.capacity_, 0))),
       records_(std::move(other.records_)),
       next_slot_(std::exchange(other.next_slot_, 0)),
       appended_(std::exchange(other.appended_, 0)),
@@ -66,6 +102,8 @@ EventTrace::EventTrace(EventTrace&& other) noexcept
 
 EventTrace& EventTrace::operator=(EventTrace&& other) noexcept {
   if (this != &other) {
+    wait_for_fills();
+    other.wait_for_fills();
     capacity_ = std::exchange(other.capacity_, 0);
     records_ = std::move(other.records_);
     next_slot_ = std::exchange(other.next_slot_, 0);
@@ -84,6 +122,7 @@ std::vector<TraceRecord> EventTrace::to_vector() const {
 }
 
 void EventTrace::clear() noexcept {
+  wait_for_fills();
   next_slot_ = 0;
   appended_ = 0;
 }

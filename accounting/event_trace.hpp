@@ -1,11 +1,19 @@
 // Always-on event log: a bounded ring of fixed-size records. Appending never allocates; when the
 // ring is full the oldest record is overwritten and counted as dropped.
 //
-// Not synchronised: appends come from the ledger under the allocator's lock, and readers must
-// hold that lock too (or read while nothing allocates).
+// Not synchronised: appends and reservations come from the ledger under its lock, and readers
+// must hold that lock too (or read while nothing allocates). The one exception is a reservation's
+// fill: reserve() hands out the slots of a batch under the lock, in the batch's place in the
+// order, and fill() copies the records in after the lock is released, so that threads folding
+// their shards copy side by side instead of one after another (docs/design.md, 5.2). Until
+// every fill is done the slots it writes are neither read (the ledger's readers hold every
+// shard's mutex, and a fill runs under its shard's) nor overwritten: a write that would reach
+// them waits for the fills in flight.
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -42,8 +50,12 @@ class EventTrace {
   EventTrace& operator=(EventTrace&& other) noexcept;
 
   void append(const AllocatorEvent& event, std::uint64_t ticks) noexcept {
+    if (capacity_ == 0) [[unlikely]] {
+      ++appended_;
+      return;
+    }
+    wait_for_fills_below(1);
     ++appended_;
-    if (capacity_ == 0) [[unlikely]] return;
     // Field by field into the slot: building the record on the stack first and copying it made
     // the compiler reload it with wide loads that stall on store forwarding.
     TraceRecord& slot = records_.get()[next_slot_];
@@ -69,8 +81,12 @@ class EventTrace {
   // `count` records made elsewhere (a ledger shard's staged records), in order: one or two block
   // copies into the ring instead of a field-by-field append each.
   void append_records(const TraceRecord* records, std::size_t count) noexcept {
+    if (capacity_ == 0) [[unlikely]] {
+      appended_ += count;
+      return;
+    }
+    wait_for_fills_below(count);
     appended_ += count;
-    if (capacity_ == 0) [[unlikely]] return;
     while (count > 0) {
       // Past a full ring only the newest `capacity_` survive; copying them is enough.
       const std::size_t run = std::min(count, capacity_ - next_slot_);
@@ -81,6 +97,24 @@ class EventTrace {
       if (next_slot_ == capacity_) next_slot_ = 0;
     }
   }
+
+  // The slots of `count` records, in their place in the order, to be written by fill() once the
+  // caller's lock is released. Only for 0 < count <= capacity() (else append_records).
+  class Reservation {
+   public:
+    Reservation() = default;
+    bool empty() const noexcept { return counts_[0] == 0; }
+
+   private:
+    friend class EventTrace;
+    std::array<TraceRecord*, 2> runs_{};  // the ring wraps at most once within a batch
+    std::array<std::size_t, 2> counts_{};
+    std::atomic<std::uint32_t>* filling_ = nullptr;
+  };
+  bool can_reserve(std::size_t count) const noexcept { return count > 0 && count <= capacity_; }
+  Reservation reserve(std::size_t count) noexcept;
+  // Any thread, no lock: the reserved slots receive `records` (as many as were reserved).
+  static void fill(Reservation& slots, const TraceRecord* records) noexcept;
 
   std::size_t capacity() const noexcept { return capacity_; }
   // Records held now (oldest first through operator[] and iteration).
@@ -134,7 +168,7 @@ class EventTrace {
 
   // Copies the held records, oldest first.
   std::vector<TraceRecord> to_vector() const;
-  // Forgets every record and the drop count; capacity and clock origin stay.
+  // Forgets every record and the drop count; capacity and clock origin stay. Waits for fills.
   void clear() noexcept;
   // Touches every page of the ring now, as a process past its first `capacity` events has them:
   // for benchmarks of the steady state (the pages are otherwise faulted in as records arrive).
@@ -142,6 +176,15 @@ class EventTrace {
 
  private:
   std::size_t oldest_slot() const noexcept { return appended_ > capacity_ ? next_slot_ : 0; }
+  // Before writing `count` slots from the next one: while fills are in flight, a write that
+  // reaches a slot reserved since they started waits for them (it never does with a ring far
+  // larger than the batches in flight; a thread preempted mid-fill is what this is for).
+  void wait_for_fills_below(std::size_t count) noexcept {
+    if (filling_.load(std::memory_order_acquire) == 0) [[likely]] return;
+    if (appended_ + count <= fill_window_start_ + capacity_) return;
+    wait_for_fills();
+  }
+  void wait_for_fills() noexcept;
   // A batch goes to the ring with non-temporal stores: the ring is larger than the caches, so an
   // ordinary copy first reads each line it overwrites from memory and then evicts useful lines;
   // streamed, a line is written once. The fence orders them before the ledger's unlock.
@@ -173,6 +216,11 @@ class EventTrace {
   std::unique_ptr<TraceRecord, RawStorageDeleter> records_;
   std::size_t next_slot_ = 0;
   std::uint64_t appended_ = 0;
+  // Reservations whose fill has not finished, and the sequence of the oldest slot any of them
+  // may still write: set when a reservation finds none in flight, so never later than the true
+  // oldest (a fill that finishes unseen only makes the bound conservative).
+  std::atomic<std::uint32_t> filling_{0};
+  std::uint64_t fill_window_start_ = 0;
   ClockSource clock_;
   ClockOrigin origin_;
 };

@@ -157,6 +157,7 @@ class Ledger final : public AllocatorObserver {
   void unlock_shards() const noexcept;
   void fold_locked() noexcept;
   void fold_shard_locked(LedgerShard& shard) noexcept;
+  void fold_shard_counters_locked(LedgerShard& shard) noexcept;
   void publish_shard(LedgerShard& shard) noexcept;
   void fold_for_read() const noexcept;
   bool raise_fits(const AllocatorEvent& event) noexcept;

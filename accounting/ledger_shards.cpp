@@ -184,6 +184,12 @@ void Ledger::fold_locked() noexcept {
 
 void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
   trace_.append_records(shard.staged_.data(), shard.staged_count_);
+  fold_shard_counters_locked(shard);
+}
+
+// The shard's deltas into the counters and its staged records counted as folded; the records
+// themselves are the caller's to place in the trace first (fold_shard_locked, apply_from_shard).
+void Ledger::fold_shard_counters_locked(LedgerShard& shard) noexcept {
   counters_.events += shard.staged_count_;
   shard_tally_.fast += shard.staged_count_;
   shard_tally_.fast_with_splits += shard.staged_with_splits_;
@@ -228,15 +234,28 @@ void Ledger::publish_shard(LedgerShard& shard) noexcept {
 }
 
 void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   {
     // Most often only its staged records are full: moving them into the trace needs no other
-    // shard (no credit changes), and the event then fits the shard's own credit.
-    std::lock_guard shard_lock(shard.mutex());
-    fold_shard_locked(shard);
+    // shard (no credit changes), and the event then fits the shard's own credit. The records
+    // take their place in the trace's order here but are copied once the ledger's lock is
+    // released (EventTrace::reserve): threads folding at once then copy side by side, where one
+    // ring copied every thread's batch in turn (design.md 5.2). The shard's mutex, held until
+    // the copy is done, keeps readers (who take every shard's) from the unwritten slots.
+    std::unique_lock shard_lock(shard.mutex());
+    EventTrace::Reservation slots;
+    if (trace_.can_reserve(shard.staged_count_)) {
+      slots = trace_.reserve(shard.staged_count_);
+    } else {
+      trace_.append_records(shard.staged_.data(), shard.staged_count_);
+    }
+    fold_shard_counters_locked(shard);
     if (shard.for_stream_) return_spare_credit_locked(shard);
+    lock.unlock();
+    EventTrace::fill(slots, shard.staged_.data());
     if (shard.try_apply(event)) return;
   }
+  lock.lock();
   ++shard_tally_.slow;
   lock_shards();
   fold_locked();

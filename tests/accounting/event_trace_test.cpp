@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace vramledger {
@@ -73,6 +76,88 @@ TEST(EventTrace, BlocksOfRecordsMatchAppendingOneByOne) {
           << "capacity " << capacity << ", after a block of " << block;
     }
   }
+}
+
+std::vector<TraceRecord> numbered_records(std::uint64_t first, std::size_t count) {
+  std::vector<TraceRecord> records;
+  for (std::uint64_t i = first; i < first + count; ++i) {
+    records.push_back(make_trace_record(numbered_event(i), 1000 + i));
+  }
+  return records;
+}
+
+// A shard's batch takes its place in the order when reserved and is written later, outside the
+// ledger's lock (EventTrace::reserve): several reservations in flight, filled in any order, with
+// appends between them, must leave the ring as if every record had been appended alone, wherever
+// the ring wraps.
+TEST(EventTrace, ReservedBatchesFilledLaterMatchAppendingOneByOne) {
+  for (const std::size_t capacity : std::vector<std::size_t>{5, 8, 13}) {
+    for (std::size_t offset = 0; offset < capacity; ++offset) {
+      EventTrace one_by_one(capacity);
+      EventTrace reserved(capacity);
+      std::uint64_t next = 0;
+      const auto append_both = [&](std::size_t count) {
+        for (std::size_t i = 0; i < count; ++i, ++next) {
+          one_by_one.append(numbered_event(next), 1000 + next);
+          reserved.append(numbered_event(next), 1000 + next);
+        }
+      };
+      append_both(offset);  // where the ring's next slot starts
+      // Two batches in flight and an append after them: together no more than the capacity,
+      // so nothing written while they are in flight reaches their slots.
+      const std::size_t first_batch = (capacity + 1) / 2;
+      const std::size_t second_batch = capacity - first_batch - 1;
+      const std::vector<TraceRecord> first = numbered_records(next, first_batch);
+      ASSERT_TRUE(reserved.can_reserve(first_batch));
+      EventTrace::Reservation first_slots = reserved.reserve(first_batch);
+      for (const TraceRecord& record : first) one_by_one.append(to_event(record), record.time_ticks);
+      next += first_batch;
+      const std::vector<TraceRecord> second = numbered_records(next, second_batch);
+      EventTrace::Reservation second_slots = reserved.reserve(second_batch);
+      for (const TraceRecord& record : second) one_by_one.append(to_event(record), record.time_ticks);
+      next += second_batch;
+      append_both(1);
+      EventTrace::fill(second_slots, second.data());
+      EventTrace::fill(first_slots, first.data());
+      EXPECT_TRUE(first_slots.empty());
+      ASSERT_EQ(reserved.appended(), one_by_one.appended());
+      ASSERT_EQ(reserved.to_vector(), one_by_one.to_vector())
+          << "capacity " << capacity << ", offset " << offset;
+      append_both(capacity + 3);  // and the ring goes on past them as before
+      ASSERT_EQ(reserved.to_vector(), one_by_one.to_vector())
+          << "capacity " << capacity << ", offset " << offset;
+    }
+  }
+}
+
+TEST(EventTrace, OnlyBatchesThatFitTheRingAreReserved) {
+  EventTrace trace(4);
+  EXPECT_FALSE(trace.can_reserve(0));
+  EXPECT_TRUE(trace.can_reserve(4));
+  EXPECT_FALSE(trace.can_reserve(5));
+  EXPECT_FALSE(EventTrace(0).can_reserve(1));
+}
+
+// A thread preempted between its reservation and its fill must not have its slots overwritten
+// by records that came after: a write reaching them waits until the fill is done.
+TEST(EventTrace, AWriteReachingAnUnfilledReservationWaitsForIt) {
+  EventTrace trace(4);
+  const std::vector<TraceRecord> batch = numbered_records(0, 2);
+  EventTrace::Reservation slots = trace.reserve(2);  // sequences 0 and 1
+  trace.append(numbered_event(2), 1002);  // slots free of it: no wait
+  trace.append(numbered_event(3), 1003);
+  std::atomic<bool> appended{false};
+  std::thread later([&] {
+    trace.append(numbered_event(4), 1004);  // overwrites sequence 0's slot
+    appended.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(appended.load()) << "the append overwrote a slot whose fill had not run";
+  EventTrace::fill(slots, batch.data());
+  later.join();
+  EXPECT_TRUE(appended.load());
+  EXPECT_EQ(addresses(trace), (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(trace.dropped(), 1u);
 }
 
 TEST(EventTrace, ZeroCapacityDropsEverything) {
