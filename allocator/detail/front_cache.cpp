@@ -178,8 +178,11 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   // (on the VMM backend they would otherwise cost new pages and mappings).
   const bool adopt = cache->worth_adopting(size);
   const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  return allocate_from_heaps(bytes, size, pool, stream, tag, cache, adopt,
-                             cache->shedding() && cache->has_parked());
+  const std::uint32_t slow_before = t_stream_shard_slow_paths;
+  const DevicePtr address = allocate_from_heaps(bytes, size, pool, stream, tag, cache, adopt,
+                                                cache->shedding() && cache->has_parked());
+  if (t_stream_shard_slow_paths != slow_before) [[unlikely]] cache->note_slow_miss();
+  return address;
 }
 
 // Under the block's stream lock (or the allocator's): `block`, just handed out, is managed by

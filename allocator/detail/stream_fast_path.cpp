@@ -66,7 +66,10 @@ inline void CachingAllocator::Impl::report_to_stream_shard(ObserverShard& shard,
   mutex.lock();
   const bool counted = shard.try_apply(event);
   mutex.unlock();
-  if (!counted) [[unlikely]] shard.apply_slow(event);
+  if (!counted) [[unlikely]] {
+    ++t_stream_shard_slow_paths;
+    shard.apply_slow(event);
+  }
 }
 
 // Under a stream's lock: nothing the allocator's lock must do first or refuse. These fields

@@ -129,6 +129,8 @@ class ThreadCache {
     recent_sizes_.fill(0);
     score_ = kInitialScore;
     escrow_ = kInitialScore;
+    trial_interval_ = kFirstTrialInterval;
+    in_trial_ = false;
   }
 
   // Whether a block of `size` the heaps just handed out should be managed here: the size was
@@ -144,8 +146,11 @@ class ThreadCache {
     if (!seen) return false;
     if (shedding()) {
       // A trial now and then: the next hits show whether the ledger can count them cheaply again.
-      if (++probe_ % 256 != 0) return false;
+      // Each trial that ends in shedding again doubles the wait for the next: every block a
+      // trial adopts is freed through the allocator's lock once the cache sheds again.
+      if ((++probe_ & (trial_interval_ - 1)) != 0) return false;
       escrow_ = 0;
+      in_trial_ = true;
       return true;
     }
     return score_ >= 0 || ++probe_ % 16 == 0;
@@ -153,6 +158,10 @@ class ThreadCache {
   void note_hit() noexcept {
     if (score_ < kMaxScore) ++score_;
     if (escrow_ < kMaxScore) ++escrow_;
+    if (in_trial_ && escrow_ >= kInitialScore) {  // the trial succeeded: serving again
+      in_trial_ = false;
+      trial_interval_ = kFirstTrialInterval;
+    }
   }
 
   // A hit the ledger's shard could not count within its credit took the ledger's slow path
@@ -170,8 +179,16 @@ class ThreadCache {
   // first hits on two streams set its cache shedding at once).
   void note_slow_hit() noexcept {
     if (streams_first_hit_) return;
-    escrow_ = std::max(kMinScore, escrow_ - 1 - kSlowHitCost);
+    note_slow_event();
   }
+  // A miss whose allocation the stream's ledger shard could not count within its credit (the
+  // per-stream fast path sent it down the ledger's slow path) weighs as a slow hit. A ring that
+  // holds its count at the peak needs, at each allocation, exactly the credit the previous free
+  // made; when the cache parked that free, the credit sits in the cache's shard, out of reach of
+  // the stream's shard that counts the next miss (docs/design.md 5.4): ~5 slow events per
+  // thousand pairs of the mixed ring with front caches, ~0.1-0.3 without. Shedding then frees
+  // blocks through the heap, where the stream's shard counts free and allocation alike.
+  void note_slow_miss() noexcept { note_slow_event(); }
   bool shedding() const noexcept { return escrow_ < 0; }
 
   // Calls take(front) for every parked block (of `stream` only, unless null), unparking them
@@ -238,6 +255,14 @@ class ThreadCache {
     return nullptr;
   }
 
+  void note_slow_event() noexcept {
+    const bool was_serving = !shedding();
+    escrow_ = std::max(kMinScore, escrow_ - 1 - kSlowHitCost);
+    if (was_serving && shedding() && in_trial_) {  // a trial failed
+      in_trial_ = false;
+      trial_interval_ = std::min(trial_interval_ * 2, kLastTrialInterval);
+    }
+  }
   void parked_changed() noexcept { parked_hint_.store(parked_bytes, std::memory_order_relaxed); }
 
   std::atomic<std::size_t> managed_hint_{0};  // blocks.size()
@@ -251,9 +276,17 @@ class ThreadCache {
   int score_ = kInitialScore;
   int escrow_ = kInitialScore;  // cheap hits minus weighted slow ones, bounded
   std::uint32_t probe_ = 0;
+  // Seen-size misses between trials while shedding (a power of two).
+  static constexpr std::uint32_t kFirstTrialInterval = 256, kLastTrialInterval = 4096;
+  std::uint32_t trial_interval_ = kFirstTrialInterval;
+  bool in_trial_ = false;  // a trial adopted; its hits or slow events decide it
   bool streams_first_hit_ = false;  // the latest pop was its stream's first hit
   std::array<StreamBins, kStreams> streams_{};
   std::size_t streams_used_ = 0;
 };
+
+// Events this thread's per-stream fast paths could not count in their stream's ledger shard
+// (CachingAllocator::Impl::report_to_stream_shard): a front cache compares it around a miss.
+inline thread_local std::uint32_t t_stream_shard_slow_paths = 0;
 
 }  // namespace vramledger
