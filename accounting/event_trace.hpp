@@ -1,14 +1,14 @@
 // Always-on event log: a bounded ring of fixed-size records. Appending never allocates; when the
 // ring is full the oldest record is overwritten and counted as dropped.
 //
-// Not synchronised: appends and reservations come from the ledger under its lock, and readers
-// must hold that lock too (or read while nothing allocates). The one exception is a reservation's
-// fill: reserve() hands out the slots of a batch under the lock, in the batch's place in the
-// order, and fill() copies the records in after the lock is released, so that threads folding
-// their shards copy side by side instead of one after another (docs/design.md, 5.2). Until
-// every fill is done the slots it writes are neither read (the ledger's readers hold every
-// shard's mutex, and a fill runs under its shard's) nor overwritten: a write that would reach
-// them waits for the fills in flight.
+// Not synchronised: appends and reservations come from the ledger under a lock of its own (its
+// trace mutex, or every shard's), and readers must exclude them too (the ledger's hold every
+// shard's mutex; or read while nothing allocates). The one exception is a reservation's fill:
+// reserve() hands out the slots of a batch under the lock, in the batch's place in the order,
+// and fill() copies the records in after the lock is released, so that threads handing over
+// their shards' records copy side by side instead of one after another (docs/design.md, 5.2).
+// Until every fill is done the slots it writes are neither read (a fill runs under its shard's
+// mutex) nor overwritten: a write that would reach them waits for the fills in flight.
 #pragma once
 
 #include <algorithm>

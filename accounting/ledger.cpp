@@ -497,7 +497,8 @@ CountersAccount Ledger::counters_account() const {
 void Ledger::record_negative_counter(const AllocatorEvent& event) noexcept {
   if (first_inconsistency_) return;  // only the first one matters: later ones follow from it
   LedgerInconsistency found;
-  found.event_index = counters_.events - 1;
+  // Its place in the trace (records shards handed over are there, not yet in counters_.events).
+  found.event_index = trace_.appended() - 1;
   found.event = event;
   const auto look_at = [&](const char* scope, const char* name, const Stat& stat) {
     if (stat.current < 0 && found.counter[0] == '\0') {
@@ -533,7 +534,7 @@ void Ledger::record_malformed_event(const AllocatorEvent& event, const char* fie
                                     std::int64_t value) noexcept {
   if (first_inconsistency_) return;
   LedgerInconsistency found;
-  found.event_index = counters_.events - 1;
+  found.event_index = trace_.appended() - 1;  // as above
   found.event = event;
   found.scope = "event";
   found.counter = field;

@@ -158,6 +158,7 @@ class Ledger final : public AllocatorObserver {
   void fold_locked() noexcept;
   void fold_shard_locked(LedgerShard& shard) noexcept;
   void fold_shard_counters_locked(LedgerShard& shard) noexcept;
+  void hand_over_records_locked(LedgerShard& shard) noexcept;
   void publish_shard(LedgerShard& shard) noexcept;
   void fold_for_read() const noexcept;
   bool raise_fits(const AllocatorEvent& event) noexcept;
@@ -243,6 +244,10 @@ class Ledger final : public AllocatorObserver {
   std::size_t tag_slots_used_ = 1;
   std::optional<LedgerInconsistency> first_inconsistency_;
   EventTrace trace_;
+  // A shard whose staged records are full hands them to the trace under its own mutex and this
+  // one, without the ledger's (hand_over_records_locked): every other write to the trace that
+  // does not hold every shard's mutex takes it too. Lock order: ledger -> shards -> trace.
+  alignas(64) mutable SpinMutex trace_mutex_;
 
   // Shards (ledger_shard.hpp). `outstanding_*` is, per counter, the sum over shards of
   // delta + credit; only the slow path (every shard's mutex held) changes it.

@@ -18,7 +18,8 @@
 // under every shard's mutex, so the sum is exact and the peak is raised to exactly the value the
 // sum reaches.
 //
-// Trace records wait in a small array (`staged`) and join the ledger's trace at the next fold;
+// Trace records wait in a small array (`staged`) and join the ledger's trace at the next fold, or,
+// when the array is full, on their own under the shard's mutex (Ledger::hand_over_records_locked);
 // credit moves between shards only through a fold (spare credit is given by a shard just folded,
 // or by the slow path after folding all), so a replay of the trace reaches the same peaks
 // (docs/design.md, 5.4).
@@ -119,6 +120,10 @@ class alignas(64) LedgerShard final : public ObserverShard {
   std::array<TraceRecord, kStaged> staged_;  // the first staged_count_ are set
   std::size_t staged_count_ = 0;
   std::size_t staged_with_splits_ = 0;  // of those, records that carry split changes
+  // Records already in the trace (Ledger::hand_over_records_locked) whose events the ledger's
+  // event count and shard tally take in at the next fold.
+  std::size_t handed_over_ = 0;
+  std::size_t handed_over_with_splits_ = 0;
 };
 
 }  // namespace vramledger

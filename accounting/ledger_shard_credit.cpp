@@ -296,9 +296,10 @@ bool Ledger::take_stream_spare_credit(std::size_t entry, std::size_t kind, std::
   return take_from_spare(stream_spare_[entry].credit[kind], need, credit);
 }
 
-// Under the ledger's mutex and `shard`'s, the shard just folded: 1/`divisor` of each of its pool,
-// common and own-stream credits goes to the spares. Only the holder changes, so `outstanding`
-// does not.
+// Under `shard`'s mutex, the shard just folded or its records just handed over (the ledger's
+// mutex is not needed: the spares are atomics, and whatever else moves them in bulk holds every
+// shard's mutex): 1/`divisor` of each of its pool, common and own-stream credits goes to the
+// spares. Only the holder changes, so `outstanding` does not.
 void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
   const auto give = [divisor](ShardStat& share, std::atomic<std::int64_t>& spare) {
     const std::int64_t given = share.credit / divisor;

@@ -183,18 +183,24 @@ void Ledger::fold_locked() noexcept {
 }
 
 void Ledger::fold_shard_locked(LedgerShard& shard) noexcept {
-  trace_.append_records(shard.staged_.data(), shard.staged_count_);
+  {
+    std::lock_guard trace_lock(trace_mutex_);
+    trace_.append_records(shard.staged_.data(), shard.staged_count_);
+  }
   fold_shard_counters_locked(shard);
 }
 
-// The shard's deltas into the counters and its staged records counted as folded; the records
-// themselves are the caller's to place in the trace first (fold_shard_locked, apply_from_shard).
+// The shard's deltas into the counters and its events (staged, now in the trace, and handed
+// over before) counted; the staged records are the caller's to place in the trace first.
 void Ledger::fold_shard_counters_locked(LedgerShard& shard) noexcept {
-  counters_.events += shard.staged_count_;
-  shard_tally_.fast += shard.staged_count_;
-  shard_tally_.fast_with_splits += shard.staged_with_splits_;
+  const std::size_t events = shard.staged_count_ + shard.handed_over_;
+  counters_.events += events;
+  shard_tally_.fast += events;
+  shard_tally_.fast_with_splits += shard.staged_with_splits_ + shard.handed_over_with_splits_;
   shard.staged_with_splits_ = 0;
   shard.staged_count_ = 0;
+  shard.handed_over_ = 0;
+  shard.handed_over_with_splits_ = 0;
   for (std::size_t c = 0; c < LedgerShard::kCells; ++c) {
     for (std::size_t s = 0; s < shard.streams_used_; ++s) {
       UsageStats& stream = *shard.streams_[s].usage;
@@ -233,29 +239,44 @@ void Ledger::publish_shard(LedgerShard& shard) noexcept {
   fold_shard_locked(shard);
 }
 
-void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept {
-  std::unique_lock lock(mutex_);
+// Under the shard's mutex alone, its staged records full: they take their place in the trace
+// (under the trace's mutex, for a few instructions) and are copied after it is released
+// (EventTrace::reserve), so threads whose records fill up at once neither wait for the ledger's
+// mutex nor copy one after another. Their counts wait in the shard until its next fold: a
+// reader folds every shard first, and `outstanding` already counts what the shard holds. Half
+// of a stream shard's credit goes to the spares then, as at a fold: its records are in the
+// trace's order before any raise that credit pays for (docs/design.md 5.2).
+void Ledger::hand_over_records_locked(LedgerShard& shard) noexcept {
+  const std::size_t count = shard.staged_count_;
+  EventTrace::Reservation slots;
   {
-    // Most often only its staged records are full: moving them into the trace needs no other
-    // shard (no credit changes), and the event then fits the shard's own credit. The records
-    // take their place in the trace's order here but are copied once the ledger's lock is
-    // released (EventTrace::reserve): threads folding at once then copy side by side, where one
-    // ring copied every thread's batch in turn (design.md 5.2). The shard's mutex, held until
-    // the copy is done, keeps readers (who take every shard's) from the unwritten slots.
-    std::unique_lock shard_lock(shard.mutex());
-    EventTrace::Reservation slots;
-    if (trace_.can_reserve(shard.staged_count_)) {
-      slots = trace_.reserve(shard.staged_count_);
+    std::lock_guard trace_lock(trace_mutex_);
+    if (trace_.can_reserve(count)) {
+      slots = trace_.reserve(count);
     } else {
-      trace_.append_records(shard.staged_.data(), shard.staged_count_);
+      trace_.append_records(shard.staged_.data(), count);
     }
-    fold_shard_counters_locked(shard);
-    if (shard.for_stream_) return_spare_credit_locked(shard);
-    lock.unlock();
-    EventTrace::fill(slots, shard.staged_.data());
-    if (shard.try_apply(event)) return;
   }
-  lock.lock();
+  EventTrace::fill(slots, shard.staged_.data());
+  shard.handed_over_ += count;
+  shard.handed_over_with_splits_ += shard.staged_with_splits_;
+  shard.staged_count_ = 0;
+  shard.staged_with_splits_ = 0;
+  if (shard.for_stream_) return_spare_credit_locked(shard);
+}
+
+void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) noexcept {
+  {
+    // Most often only its staged records are full: handing them over needs neither the
+    // ledger's mutex nor any other shard (no credit changes), and the event then fits the
+    // shard's own credit. Short of credit, the slow path below.
+    std::lock_guard shard_lock(shard.mutex());
+    if (shard.staged_count_ == LedgerShard::kStaged) {
+      hand_over_records_locked(shard);
+      if (shard.try_apply(event)) return;
+    }
+  }
+  std::lock_guard lock(mutex_);
   ++shard_tally_.slow;
   lock_shards();
   fold_locked();
@@ -315,6 +336,8 @@ void Ledger::on_event_sharded(const AllocatorEvent& event) noexcept {
     exact = true;
   }
   if (!exact) {
+    // No shard's mutex held: a shard may be handing its records to the trace meanwhile.
+    std::lock_guard trace_lock(trace_mutex_);
     if (event.kind == EventKind::kAlloc) {
       apply_alloc_below_peaks(event);
     } else {

@@ -314,5 +314,32 @@ TEST(LedgerShard, FrontShardsLeaveSplitChangesToTheSlowPath) {
   ledger.close_shard(shard);
 }
 
+// A shard whose staged records fill up hands them to the trace on its own (no fold: its counts
+// stay in the shard, Ledger::hand_over_records_locked). Whatever reads the ledger then sees
+// every event once: the event count, the shards' tally, the trace, and the counters its replay
+// gives. Run with a trace of the default size and with one smaller than a batch.
+TEST(LedgerShard, RecordsHandedOverAreCountedOnceEverywhere) {
+  for (const std::size_t capacity : {EventTrace::kDefaultCapacity, std::size_t{100}}) {
+    SCOPED_TRACE(capacity);
+    LedgerOptions options = quiet();
+    options.trace_capacity = capacity;
+    Ledger ledger(options);
+    ObserverShard* shard = ledger.open_shard();
+    constexpr std::uint64_t kPairs = 1000;  // about 15 hand-overs of 128 records
+    for (std::uint64_t i = 0; i < kPairs; ++i) {
+      report(*shard, front_event(EventKind::kAlloc, 0x100000 + i * 0x1000, 4 * kKiB));
+      report(*shard, front_event(EventKind::kFree, 0x100000 + i * 0x1000, 4 * kKiB));
+    }
+    const Ledger::ShardTally tally = ledger.shard_tally();
+    EXPECT_EQ(ledger.counters().events, 2 * kPairs);
+    EXPECT_EQ(tally.fast + tally.slow, 2 * kPairs);
+    EXPECT_EQ(ledger.trace().appended(), 2 * kPairs);
+    EXPECT_EQ(ledger.counters().aggregate().allocation.allocated, static_cast<std::int64_t>(kPairs));
+    if (capacity >= 2 * kPairs) expect_trace_replays_to_the_same_counters(ledger);
+    ledger.close_shard(shard);
+    EXPECT_EQ(ledger.counters().events, 2 * kPairs);
+  }
+}
+
 }  // namespace
 }  // namespace vramledger
