@@ -45,6 +45,15 @@ inline std::uint64_t next_mapping_version() {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+// Bits set in `bits`, inline: std::popcount compiles to a call of libgcc's __popcountdi2 on
+// baseline x86-64 (no POPCNT instruction assumed).
+inline std::size_t bits_set(std::uint64_t bits) {
+  bits -= (bits >> 1) & 0x5555555555555555ull;
+  bits = (bits & 0x3333333333333333ull) + ((bits >> 2) & 0x3333333333333333ull);
+  bits = (bits + (bits >> 4)) & 0x0f0f0f0f0f0f0f0full;
+  return static_cast<std::size_t>((bits * 0x0101010101010101ull) >> 56);
+}
+
 // Cache-line aligned: its stream's operations write it (active_blocks, the page maps), and
 // ranges of different streams, created one after another, would otherwise share lines.
 struct alignas(64) AddressRange {
@@ -84,9 +93,14 @@ struct alignas(64) AddressRange {
   bool is_mapped(std::size_t page) const {
     return page / 64 < mapped_bits.size() && (mapped_bits[page / 64] >> (page % 64) & 1) != 0;
   }
-  // Number of mapped pages in [first, last).
+  // Number of mapped pages in [first, last). The single page of a small block's allocation or
+  // free is the common case: it stays inline, the loop does not (perf, the paged heap's warm
+  // 512 B pair: the call alone was ~2.5% of it).
   std::size_t count_mapped(std::size_t first, std::size_t last) const {
-    if (last == first + 1) return is_mapped(first) ? 1 : 0;  // the common single-page case
+    if (last == first + 1) [[likely]] return is_mapped(first) ? 1 : 0;
+    return count_mapped_words(first, last);
+  }
+  [[gnu::noinline]] std::size_t count_mapped_words(std::size_t first, std::size_t last) const {
     std::size_t count = 0;
     last = std::min(last, mapped_bits.size() * 64);
     while (first < last) {
@@ -95,7 +109,7 @@ struct alignas(64) AddressRange {
       const std::size_t take = std::min<std::size_t>(64 - bit, last - first);
       std::uint64_t bits = mapped_bits[word] >> bit;
       if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
-      count += static_cast<std::size_t>(std::popcount(bits));
+      count += bits_set(bits);
       first += take;
     }
     return count;
