@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,20 @@ AllocatorOptions with_front_cache(std::size_t bytes = 64 * kMiB) {
   AllocatorOptions options;
   options.front_cache_bytes = bytes;
   return options;
+}
+
+// Two streams, a block of each live at once: the second stream opens the per-stream fast path
+// (docs/design.md 4). `room` bytes on the first stay free for what follows.
+std::pair<StreamHandle, StreamHandle> open_fast_path(SimulatedDevice& device,
+                                                     CachingAllocator& allocator,
+                                                     std::size_t room = 8 * kMiB) {
+  const StreamHandle a = device.create_stream();
+  const StreamHandle b = device.create_stream();
+  const DevicePtr room_a = allocator.allocate(room, a);
+  const DevicePtr room_b = allocator.allocate(8 * kMiB, b);
+  allocator.deallocate(room_a);
+  allocator.deallocate(room_b);
+  return {a, b};
 }
 
 class FrontCacheTest : public testing::TestWithParam<Heap> {
@@ -253,12 +268,7 @@ TEST_P(FrontCacheTest, MissesAndHeapFreesTakeOnlyTheirStreamsLock) {
 TEST_P(FrontCacheTest, AnAdoptedBlocksAllocationPrecedesItsFreeInTheTrace) {
   Ledger ledger;
   CachingAllocator allocator(device_, &ledger, with_front_cache(kMiB));
-  const StreamHandle a = device_.create_stream();
-  const StreamHandle b = device_.create_stream();
-  const DevicePtr room_a = allocator.allocate(8 * kMiB, a);  // both live: the fast path opens
-  const DevicePtr room_b = allocator.allocate(8 * kMiB, b);
-  allocator.deallocate(room_a);
-  allocator.deallocate(room_b);
+  const StreamHandle a = open_fast_path(device_, allocator).first;
   constexpr std::size_t kHit = 16 * kKiB;
   constexpr std::size_t kAdopted = 48 * kKiB;
   for (int i = 0; i < 3; ++i) allocator.deallocate(allocator.allocate(kHit, a));  // hits on a
@@ -433,12 +443,7 @@ TEST_P(FrontCacheTest, ARingWhoseMissesTakeTheSlowPathStopsParking) {
     SimulatedDevice device(device_options(GetParam()));
     Ledger ledger;
     CachingAllocator allocator(device, &ledger, with_front_cache(front ? 64 * kMiB : 0));
-    const StreamHandle a = device.create_stream();
-    const StreamHandle b = device.create_stream();
-    const DevicePtr room_a = allocator.allocate(256 * kMiB, a);  // both live: the fast path opens
-    const DevicePtr room_b = allocator.allocate(8 * kMiB, b);
-    allocator.deallocate(room_a);
-    allocator.deallocate(room_b);
+    const StreamHandle a = open_fast_path(device, allocator, 256 * kMiB).first;
     const std::vector<std::size_t> sizes = {512, 1536, 8 * kKiB, 40 * kKiB, 300 * kKiB, 2 * kMiB};
     std::mt19937_64 rng(11);
     std::vector<DevicePtr> live;
