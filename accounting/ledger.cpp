@@ -142,6 +142,11 @@ class Ledger::ReadGuard {
 
 void Ledger::fold_for_read() const noexcept { ReadGuard guard(*this); }
 
+void Ledger::with_trace(const std::function<void(const EventTrace&)>& read) const {
+  ReadGuard guard(*this);
+  read(trace_);
+}
+
 // A kAlloc the escrow has proven to stay at or below every peak (Ledger::raise_fits): the
 // counters move, no peak does. (The ledger's own figures may then exceed the true sums, by the
 // frees the shards hold; the peaks, checked against those sums, are not touched.)

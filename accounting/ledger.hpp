@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -129,7 +130,12 @@ class Ledger final : public AllocatorObserver {
     return first_inconsistency_;
   }
 
-  // With shards open, the shards' staged records are moved into the trace first.
+  // Calls read(trace) while no event can reach the trace: the ledger's lock and every shard's
+  // are held, the shards folded. For reports made while other threads allocate (the reference
+  // trace() returns may be read only while nothing does). `read` must not call the ledger.
+  void with_trace(const std::function<void(const EventTrace&)>& read) const;
+  // With shards open, the shards' staged records are moved into the trace first. Read the
+  // reference only while no thread allocates (else: with_trace).
   const EventTrace& trace() const noexcept {
     fold_for_read();
     return trace_;

@@ -186,7 +186,13 @@ std::string ledger_to_html(const Ledger& ledger, const BlockCensus* census,
   const MemoryBreakdown now = compute_breakdown(counters.aggregate());
   const FragmentationMetrics metrics =
       census ? measure_fragmentation(counters, *census) : measure_fragmentation(counters);
-  const BreakdownTimeline timeline = build_breakdown_timeline(ledger.trace(), options.max_samples);
+  BreakdownTimeline timeline;
+  std::uint64_t trace_records = 0, trace_dropped = 0;
+  ledger.with_trace([&](const EventTrace& trace) {
+    timeline = build_breakdown_timeline(trace, options.max_samples);
+    trace_records = trace.size();
+    trace_dropped = trace.dropped();
+  });
 
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
                     escape_html(options.title) + "</title><style>" + kStyle + "</style></head><body>";
@@ -205,7 +211,7 @@ std::string ledger_to_html(const Ledger& ledger, const BlockCensus* census,
                   "<p class=\"warn\">The trace ring dropped the oldest %" PRIu64
                   " events: the timeline starts from zero at event %" PRIu64
                   ", not from the real state then, so its lines may be off.</p>",
-                  ledger.trace().dropped(), timeline.first_sequence);
+                  trace_dropped, timeline.first_sequence);
   }
   if (census) {
     const ConsistencyReport consistency = check_consistency(ledger, *census);
@@ -253,8 +259,8 @@ std::string ledger_to_html(const Ledger& ledger, const BlockCensus* census,
              std::to_string(counters.num_maps) + " / " + std::to_string(counters.num_unmaps));
   append_row(out, "alloc retries / OOMs", std::to_string(counters.num_alloc_retries) + " / " +
                                               std::to_string(counters.num_ooms));
-  append_row(out, "trace records held / dropped", std::to_string(ledger.trace().size()) + " / " +
-                                                      std::to_string(ledger.trace().dropped()));
+  append_row(out, "trace records held / dropped",
+             std::to_string(trace_records) + " / " + std::to_string(trace_dropped));
   out += "</table>";
 
   append_usage_table(out, "Tags", ledger.per_tag(), [](const TagUsage& entry) {

@@ -142,7 +142,15 @@ nlohmann::json ledger_to_json(const Ledger& ledger, const BlockCensus* census,
                     {"usage", usage_to_json(entry.usage)}});
   }
 
-  const EventTrace& trace = ledger.trace();
+  json trace_figures;
+  ledger.with_trace([&](const EventTrace& trace) {
+    trace_figures = {{"capacity", trace.capacity()},
+                     {"records", trace.size()},
+                     {"appended", trace.appended()},
+                     {"dropped", trace.dropped()},
+                     {"first_sequence", trace.first_sequence()},
+                     {"clock", clock_name(trace.clock_source())}};
+  });
   const FragmentationMetrics metrics = census ? measure_fragmentation(counters, *census)
                                               : measure_fragmentation(counters);
   return {
@@ -166,13 +174,7 @@ nlohmann::json ledger_to_json(const Ledger& ledger, const BlockCensus* census,
       {"fragmentation", fragmentation_to_json(metrics)},
       {"streams", streams},
       {"tags", tags},
-      {"trace",
-       {{"capacity", trace.capacity()},
-        {"records", trace.size()},
-        {"appended", trace.appended()},
-        {"dropped", trace.dropped()},
-        {"first_sequence", trace.first_sequence()},
-        {"clock", clock_name(trace.clock_source())}}},
+      {"trace", trace_figures},
       {"census", census ? census_to_json(ledger, *census) : json(nullptr)},
   };
 }

@@ -191,12 +191,15 @@ std::string ledger_to_prometheus(const Ledger& ledger, const ReportLabels& label
     });
   }
 
-  const EventTrace& trace = ledger.trace();
+  std::int64_t records = 0, dropped = 0;
+  ledger.with_trace([&](const EventTrace& trace) {
+    records = static_cast<std::int64_t>(trace.size());
+    dropped = static_cast<std::int64_t>(trace.dropped());
+  });
   out.add("vramledger_trace_records", "gauge", "Event records held by the trace ring.", device,
-          static_cast<std::int64_t>(trace.size()));
+          records);
   out.add("vramledger_trace_dropped_total", "counter",
-          "Event records overwritten because the trace ring was full.", device,
-          static_cast<std::int64_t>(trace.dropped()));
+          "Event records overwritten because the trace ring was full.", device, dropped);
   return out.text();
 }
 

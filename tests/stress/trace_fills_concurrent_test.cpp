@@ -4,6 +4,8 @@
 // threads, or read before its fill, is a race there and a wrong record here.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <thread>
@@ -34,12 +36,28 @@ AllocatorEvent block_event(EventKind kind, int thread, std::uint64_t pair) {
   return event;
 }
 
-// Allocate + free pairs through one front shard per thread, as a front cache reports them.
-void run_pairs(Ledger& ledger, std::uint64_t pairs) {
+// Allocate + free pairs through one front shard per thread, as a front cache reports them; a
+// reader thread meanwhile reads every record the trace holds (Ledger::with_trace), as a report
+// made during a run does: under TSan a record read while a thread hands its batch over is a race.
+void run_pairs(Ledger& ledger, std::uint64_t pairs, bool with_reader) {
+  // Shards opened first: a reader that finds none assumes one thread feeds the ledger and reads
+  // without its lock (Ledger::ReadGuard).
+  std::vector<ObserverShard*> shards;
+  for (int t = 0; t < kThreads; ++t) shards.push_back(ledger.open_shard());
+  std::atomic<bool> done{false};
+  std::thread reader([&ledger, &done, with_reader] {
+    while (with_reader && !done.load()) {
+      ledger.with_trace([](const EventTrace& trace) {
+        std::uint64_t sum = 0;
+        for (const TraceRecord& record : trace) sum += record.address;
+        EXPECT_LE(trace.size(), trace.capacity()) << sum;
+      });
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the writers run meanwhile
+    }
+  });
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&ledger, pairs, t] {
-      ObserverShard* shard = ledger.open_shard();
+    threads.emplace_back([shard = shards[t], pairs, t] {
       for (std::uint64_t pair = 0; pair < pairs; ++pair) {
         for (EventKind kind : {EventKind::kAlloc, EventKind::kFree}) {
           const AllocatorEvent event = block_event(kind, t, pair);
@@ -49,10 +67,12 @@ void run_pairs(Ledger& ledger, std::uint64_t pairs) {
           if (!applied) shard->apply_slow(event);
         }
       }
-      ledger.close_shard(shard);
     });
   }
   for (std::thread& thread : threads) thread.join();
+  done.store(true);
+  reader.join();
+  for (ObserverShard* shard : shards) ledger.close_shard(shard);
 }
 
 LedgerOptions options_with_trace(std::size_t capacity) {
@@ -69,7 +89,7 @@ LedgerOptions options_with_trace(std::size_t capacity) {
 TEST(TraceFillsConcurrent, ASmallRingHoldsExactlyTheNewestRecords) {
   const std::uint64_t pairs = env_u64("VRAMLEDGER_TRACE_FILL_PAIRS", 20'000);
   Ledger ledger(options_with_trace(3 * 128 + 17));
-  run_pairs(ledger, pairs);
+  run_pairs(ledger, pairs, /*with_reader=*/true);
   const EventTrace& trace = ledger.trace();
   ASSERT_EQ(trace.appended(), kThreads * pairs * 2);
   ASSERT_EQ(trace.size(), trace.capacity());
@@ -95,7 +115,7 @@ TEST(TraceFillsConcurrent, ASmallRingHoldsExactlyTheNewestRecords) {
 TEST(TraceFillsConcurrent, ALargeRingReplaysToTheSameCounters) {
   const std::uint64_t pairs = env_u64("VRAMLEDGER_TRACE_FILL_PAIRS", 20'000);
   Ledger ledger(options_with_trace(kThreads * pairs * 2));
-  run_pairs(ledger, pairs);
+  run_pairs(ledger, pairs, /*with_reader=*/false);
   ASSERT_EQ(ledger.trace().dropped(), 0u);
   expect_replay_agrees(ledger);
   const LedgerCounters counters = ledger.counters();
