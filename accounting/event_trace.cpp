@@ -72,7 +72,9 @@ EventTrace::Reservation EventTrace::reserve(std::size_t count) noexcept {
 void EventTrace::fill(Reservation& slots, const TraceRecord* records) noexcept {
   if (slots.filling_ == nullptr) return;
   copy_past_caches(slots.runs_[0], records, slots.counts_[0]);
-  if (slots.counts_[1] > 0) copy_past_caches(slots.runs_[1], records + slots.counts_[0], slots.counts_[1]);
+  if (slots.counts_[1] > 0) {
+    copy_past_caches(slots.runs_[1], records + slots.counts_[0], slots.counts_[1]);
+  }
   // Release: whoever sees the count drop (a writer about to reuse the slots) sees the records.
   slots.filling_->fetch_sub(1, std::memory_order_release);
   slots = Reservation{};

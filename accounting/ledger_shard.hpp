@@ -22,7 +22,7 @@
 // when the array is full, on their own under the shard's mutex (Ledger::hand_over_records_locked);
 // credit moves between shards only through a fold (spare credit is given by a shard just folded,
 // or by the slow path after folding all), so a replay of the trace reaches the same peaks
-// (docs/design.md, 5.4).
+// (docs/design.md, 5.2).
 #pragma once
 
 #include <array>

@@ -59,9 +59,7 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
 
 inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandle stream, TagId tag,
                                                   std::size_t block_bytes) {
-  const std::size_t size = request_size(bytes, block_bytes);
-  const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
-  return allocate_from_heaps(bytes, size, pool, stream, tag);
+  return allocate_from_heaps(bytes, request_size(bytes, block_bytes), stream, tag);
 }
 
 // The heaps serve a request: under its stream's lock when the per-stream fast path can, else
@@ -69,9 +67,10 @@ inline DevicePtr CachingAllocator::Impl::allocate(std::size_t bytes, StreamHandl
 // `adopt` the block is managed by it from now on; with `return_parked` its parked blocks go back
 // to their heaps first (the allocator's lock then).
 inline DevicePtr CachingAllocator::Impl::allocate_from_heaps(std::size_t bytes, std::size_t size,
-                                                             PoolKind pool, StreamHandle stream,
-                                                             TagId tag, ThreadCache* cache,
-                                                             bool adopt, bool return_parked) {
+                                                             StreamHandle stream, TagId tag,
+                                                             ThreadCache* cache, bool adopt,
+                                                             bool return_parked) {
+  const PoolKind pool = pool_for(size);
   const bool stream_path = stream_path_.load(std::memory_order_acquire);
   if (stream_path && !return_parked) {
     if (const DevicePtr ptr =
@@ -140,7 +139,7 @@ inline DevicePtr CachingAllocator::Impl::allocate_at(DevicePtr address, std::siz
                 "allocate_at: cannot allocate " + format_bytes_exact(bytes));
   }
   const std::size_t size = round_up(bytes, options_.round_bytes);
-  const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  const PoolKind pool = pool_for(size);
   std::lock_guard lock(mutex_);
   refuse_if_asleep(tag, address, "allocate_at");  // detail/sleep.cpp
   if (!pending_.empty()) process_completed_frees_locked();

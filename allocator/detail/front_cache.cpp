@@ -177,9 +177,8 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   // serves nothing: its parked blocks go back too, before the heap looks for memory they hold
   // (on the VMM backend they would otherwise cost new pages and mappings).
   const bool adopt = cache->worth_adopting(size);
-  const PoolKind pool = size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   const std::uint32_t slow_before = t_stream_shard_slow_paths;
-  const DevicePtr address = allocate_from_heaps(bytes, size, pool, stream, tag, cache, adopt,
+  const DevicePtr address = allocate_from_heaps(bytes, size, stream, tag, cache, adopt,
                                                 cache->shedding() && cache->has_parked());
   if (t_stream_shard_slow_paths != slow_before) [[unlikely]] cache->note_slow_miss();
   return address;

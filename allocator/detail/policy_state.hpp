@@ -70,9 +70,9 @@ class CachingAllocator::Impl {
 
   // caching_allocator.cpp
   DevicePtr allocate(std::size_t bytes, StreamHandle stream, TagId tag, std::size_t block_bytes);
-  DevicePtr allocate_from_heaps(std::size_t bytes, std::size_t size, PoolKind pool,
-                                StreamHandle stream, TagId tag, ThreadCache* cache = nullptr,
-                                bool adopt = false, bool return_parked = false);
+  DevicePtr allocate_from_heaps(std::size_t bytes, std::size_t size, StreamHandle stream,
+                                TagId tag, ThreadCache* cache = nullptr, bool adopt = false,
+                                bool return_parked = false);
   DevicePtr allocate_at(DevicePtr address, std::size_t bytes, StreamHandle stream, TagId tag);
   void set_cap(std::size_t cap);
   void set_no_split(bool no_split);
@@ -487,6 +487,9 @@ class CachingAllocator::Impl {
   Block* allocate_block_locked(std::size_t bytes, std::size_t size, PoolKind pool,
                                StreamHandle stream, TagId tag);
   std::size_t request_size(std::size_t bytes, std::size_t block_bytes) const;
+  PoolKind pool_for(std::size_t size) const {
+    return size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
+  }
   void return_front_block_locked(Block* block);
   void flush_front_caches_locked(const StreamHandle* stream);
   void return_parked_locked(ThreadCache& cache);

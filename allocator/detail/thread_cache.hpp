@@ -256,9 +256,8 @@ class ThreadCache {
   }
 
   void note_slow_event() noexcept {
-    const bool was_serving = !shedding();
     escrow_ = std::max(kMinScore, escrow_ - 1 - kSlowHitCost);
-    if (was_serving && shedding() && in_trial_) {  // a trial failed
+    if (in_trial_ && shedding()) {  // a trial failed (it began serving: escrow reset to 0)
       in_trial_ = false;
       trial_interval_ = std::min(trial_interval_ * 2, kLastTrialInterval);
     }
