@@ -329,9 +329,9 @@ inline void CachingAllocator::Impl::return_parked_locked(ThreadCache& cache) {
   for (Block* block : returning) return_front_block_locked(block);
 }
 
-// Every parked block (of `stream` only, unless null) back to its heap.
-inline void CachingAllocator::Impl::flush_front_caches_locked(const StreamHandle* stream) {
-  if (!front_enabled_) return;
+// Every parked block (of `stream` only, unless null) back to its heap; how many went.
+inline std::size_t CachingAllocator::Impl::flush_front_caches_locked(const StreamHandle* stream) {
+  if (!front_enabled_) return 0;
   std::vector<Block*> returning;
   {
     std::lock_guard registry(front_mutex_);
@@ -345,6 +345,7 @@ inline void CachingAllocator::Impl::flush_front_caches_locked(const StreamHandle
     }
   }
   for (Block* block : returning) return_front_block_locked(block);
+  return returning.size();
 }
 
 // A thread's cache at its exit (or the allocator's end): parked blocks back to their heaps,

@@ -491,7 +491,7 @@ class CachingAllocator::Impl {
     return size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   }
   void return_front_block_locked(Block* block);
-  void flush_front_caches_locked(const StreamHandle* stream);
+  std::size_t flush_front_caches_locked(const StreamHandle* stream);
   void return_parked_locked(ThreadCache& cache);
   FrontBlock detach_front_block_locked(Block* block, const char* action);
   void retire_front_cache_locked(ThreadCache& cache);
