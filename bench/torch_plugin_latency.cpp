@@ -5,12 +5,21 @@
 // torch's statistics). The simulated device offers virtual memory, so the plugin uses the paged
 // heap there: compare with FixedSize/.../paged:1/front:0.
 //
+// PluginThreads: the same pair (512 B) from N threads, each on a stream of its own, pairs per
+// second of all threads together: the default pool's per-stream fast path and, with
+// VRAMLEDGER_SIMULATED_PLUGIN_CONF=front_cache_mb:64, its front caches, both counting through
+// the ledger's shards (torch_plugin/event_gate.hpp).
+//
 //   build-torch/torch_plugin/vramledger-bench-torch-plugin --benchmark_format=json
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <mutex>
+#include <vector>
 
+#include "allocator/simulated/simulated_device.hpp"
 #include "tests/torch/simulated_plugin.hpp"
+#include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
 
 namespace vramledger::torch_plugin {
@@ -27,6 +36,39 @@ void PluginFixedSize(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
+
+// Streams of the simulated device, made once (streams[0..15]).
+const std::vector<cudaStream_t>& bench_streams() {
+  static const std::vector<cudaStream_t> streams = [] {
+    auto& device = dynamic_cast<SimulatedDevice&>(plugin().device_state(0).backend());
+    std::vector<cudaStream_t> made;
+    for (int i = 0; i < 16; ++i) {
+      made.push_back(reinterpret_cast<cudaStream_t>(device.create_stream()));
+    }
+    return made;
+  }();
+  return streams;
+}
+
+void PluginThreads(benchmark::State& state) {
+  VramledgerAllocator& allocator = plugin();
+  static std::mutex setup;
+  {
+    std::lock_guard lock(setup);
+    (void)bench_streams();
+  }
+  const cudaStream_t stream = bench_streams()[static_cast<std::size_t>(state.thread_index())];
+  allocator.free_block(allocator.malloc(512, 0, stream));  // warm: asked for before
+  allocator.free_block(allocator.malloc(512, 0, stream));
+  for (auto _ : state) {
+    void* ptr = allocator.malloc(512, 0, stream);
+    benchmark::DoNotOptimize(ptr);
+    allocator.free_block(ptr);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(PluginThreads)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
 
 constexpr std::int64_t kKiB = 1 << 10;
 constexpr std::int64_t kMiB = 1 << 20;

@@ -377,6 +377,11 @@ LedgerCounters DeviceAllocators::counters() const {
   return ledger_.counters();
 }
 
+Ledger::ShardTally DeviceAllocators::shard_tally() const {
+  auto lock = gate_.lock();
+  return ledger_.shard_tally();
+}
+
 DeviceBackend& DeviceAllocators::plain_segment_backend_locked() {
   const bool plain_segments =
       backend_->info().name == "cuda_malloc" || backend_->info().name == "simulated";

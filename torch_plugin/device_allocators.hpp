@@ -123,6 +123,9 @@ class DeviceAllocators {
 
   // Ledger reads and resets, under the gate lock.
   LedgerCounters counters() const;
+  // How the default pool's shard events were counted (Ledger::shard_tally): its per-stream fast
+  // path and front caches count through the ledger's shards (event_gate.hpp).
+  Ledger::ShardTally shard_tally() const;
   // A request refused before it reached a pool's policy (larger than the device): counted as an
   // out-of-memory event in the ledger (num_ooms), as torch counts it.
   void record_refused_request(std::size_t bytes, cudaStream_t stream);

@@ -44,6 +44,8 @@ class TorchHistory {
   // Replaces the settings (torch's recordHistory); clear_history drops recorded entries.
   void configure(HistorySettings settings, bool clear_history);
   bool enabled() const;
+  // Whether on_event records anything (history enabled or a trace tracker attached).
+  bool active() const noexcept { return active_.load(std::memory_order_acquire); }
   void attach_tracker(c10_alloc::AllocatorTraceTracker tracker);
 
   // Called by the plugin before allocating or freeing: gathers the caller's stack when the
