@@ -56,13 +56,14 @@ check_version() {
     echo "torch $version: FAILED (configure; see $log)"; return 1
   fi
   if ! ninja -C "$build" -j "$jobs" torch_plugin/libvramledger_torch.so \
-       torch_plugin/torch_plugin_selftest torch_plugin/torch_process_report_selftest >>"$log" 2>&1; then
+       torch_plugin/torch_plugin_selftest torch_plugin/torch_process_report_selftest \
+       torch_plugin/torch_plugin_threads_selftest >>"$log" 2>&1; then
     echo "torch $version: FAILED (compile; see $log)"
     grep -m3 -E "error" "$log" | sed 's/^/    /'
     return 1
   fi
   local counts=() binary out
-  for binary in torch_plugin_selftest torch_process_report_selftest; do
+  for binary in torch_plugin_selftest torch_process_report_selftest torch_plugin_threads_selftest; do
     if ! out=$(VRAMLEDGER_TORCH_ALLOW_SIMULATED=1 timeout 300 "$build/torch_plugin/$binary" 2>&1); then
       echo "$out" >>"$log"
       echo "torch $version: FAILED ($binary; see $log)"; return 1
@@ -70,7 +71,7 @@ check_version() {
     echo "$out" >>"$log"
     counts+=("$(grep -oE '\[  PASSED  \] [0-9]+' <<<"$out" | grep -oE '[0-9]+$')")
   done
-  echo "torch $version: ok (plugin built, self-tests ${counts[0]} + ${counts[1]} passed)"
+  echo "torch $version: ok (plugin built, self-tests ${counts[0]} + ${counts[1]} + ${counts[2]} passed)"
 }
 
 # A torch outside the range must stop the configure step with a message naming the range, never
