@@ -150,6 +150,72 @@ def test_memory_history_and_pickled_snapshot(tmp_path):
         torch.cuda.memory._record_memory_history(enabled=None)
 
 
+def _side_stream_work(streams, rounds, made=None):
+    """Each thread on its own stream: tensors of mixed sizes written and checked, some kept
+    alive across rounds; returns the first wrong value seen, or None."""
+    import threading
+
+    errors = []
+
+    def work(index, stream):
+        kept = []
+        with torch.cuda.stream(stream):
+            for r in range(rounds):
+                n = (1 + (r * 7919 + index * 104729) % 4096) * 256
+                x = torch.full((n,), float(index + 1), device="cuda")
+                if made is not None:
+                    made.append(x.data_ptr())
+                y = x * 2
+                if r % 5 == 0:
+                    kept.append(y)
+                if len(kept) > 8:
+                    kept.pop(0)
+                del x
+            for y in kept:
+                if not torch.equal(y, torch.full_like(y, 2.0 * (index + 1))):
+                    errors.append((index, y.numel()))
+            stream.synchronize()
+
+    threads = [threading.Thread(target=work, args=(i, s)) for i, s in enumerate(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors[0] if errors else None
+
+
+def test_threads_on_their_own_streams_keep_exact_stats_and_history():
+    # Several streams open the default pool's per-stream fast path, whose events the ledger's
+    # shards count without the event gate (torch_plugin/event_gate.hpp): torch's statistics
+    # must stay exact, values right, and history must see every allocation once recording.
+    _settle()
+    before = torch.cuda.memory_stats()
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    assert _side_stream_work(streams, 200) is None
+    _settle()
+    after = torch.cuda.memory_stats()
+    assert after["allocated_bytes.all.current"] == before["allocated_bytes.all.current"]
+    assert after["requested_bytes.all.current"] == before["requested_bytes.all.current"]
+    made = after["allocation.all.allocated"] - before["allocation.all.allocated"]
+    assert made >= 4 * 200 * 2
+    assert after["allocation.all.freed"] - before["allocation.all.freed"] == made
+    ours = vramledger.flat_stats()
+    for key in TORCH_KEYS:
+        assert after[key] == ours[key], key
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    try:
+        addresses = []
+        assert _side_stream_work(streams, 50, addresses) is None
+        snapshot = torch.cuda.memory._snapshot()
+        trace = snapshot["device_traces"][torch.cuda.current_device()]
+        allocs = [e for e in trace if e["action"] == "alloc"]
+        traced = {e["addr"] for e in allocs}
+        missing = [a for a in set(addresses) if a not in traced]
+        assert not missing, f"{len(missing)} allocations missing from torch's history"
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
 def test_raw_caching_allocator_calls():
     _settle()
     before = torch.cuda.memory_allocated()
