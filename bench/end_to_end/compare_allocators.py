@@ -39,6 +39,8 @@ Allocators:
   vramledger-unmapinplace  the same with unmap_in_background:false: a moved chunk is unmapped at
                           its old address by the allocating thread, before the map (the default
                           before 2026-12-03)
+  vramledger-front        the same with front_cache_mb:256: per-thread front caches (under torch
+                          since 2026-12-04), the option the latency goal needs, not yet default
   vramledger-cuda_malloc  vramledger.install("backend:cuda_malloc")
 
 Workloads:

@@ -56,6 +56,12 @@ ALLOCATORS: Dict[str, Allocator] = {a.name: a for a in [
               'vramledger.install("backend:vmm,unmap_in_background:false")',
               vramledger_conf="backend:vmm,unmap_in_background:false",
               expected_backend="vramledger"),
+    # Per-thread front caches (docs/configuration.md): the latency option, measured end to end
+    # before it can be a default; parked blocks go back before the heap grows (2026-12-04).
+    Allocator("vramledger-front",
+              'vramledger.install("backend:vmm,front_cache_mb:256")',
+              vramledger_conf="backend:vmm,front_cache_mb:256",
+              expected_backend="vramledger"),
     Allocator("vramledger-cuda_malloc", 'vramledger.install("backend:cuda_malloc")',
               vramledger_conf="backend:cuda_malloc", expected_backend="vramledger"),
 ]}

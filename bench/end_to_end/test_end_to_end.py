@@ -282,6 +282,8 @@ def test_all_identical(tmp_path, fake_python):
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-unmapinplace: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
+                       "+0.0%; vramledger-front: "
+                       f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%; vramledger-cuda_malloc: "
                        f"identical to native {n}/{n}, peak reserved vs native -15.0%, median step "
                        "+0.0%")
