@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -133,6 +134,68 @@ TEST(TorchPluginThreads, HistoryRecordsTheFastPathsEvents) {
   EXPECT_EQ(allocs, made.size());
   EXPECT_EQ(frees, made.size());
   plugin().recordHistory(false, nullptr, 0, c10_alloc::RecordContext::NEVER, true, {});
+}
+
+// Hostile: threads on their own streams hand blocks to each other to free (cross-thread,
+// cross-stream frees), while another thread switches history recording on and off; the books
+// stay exact and consistent, nothing deadlocks.
+TEST(TorchPluginThreads, CrossThreadFreesWhileHistoryFlips) {
+  DeviceAllocators& device = plugin().device_state(0);
+  const std::vector<cudaStream_t> streams = new_streams(4);
+  std::mutex handoff_mutex;
+  std::vector<void*> handoff;
+  std::atomic<bool> done{false};
+  std::thread flipper([&] {
+    bool on = false;
+    while (!done.load()) {
+      on = !on;
+      plugin().recordHistory(on, nullptr, 4096, c10_alloc::RecordContext::NEVER, true, {});
+      std::this_thread::yield();
+    }
+    plugin().recordHistory(false, nullptr, 0, c10_alloc::RecordContext::NEVER, true, {});
+  });
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < streams.size(); ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(static_cast<unsigned>(100 + t));
+      std::vector<void*> mine;
+      for (int i = 0; i < 20000; ++i) {
+        const std::size_t bytes = random() % 4 == 0 ? 1 + random() % (2 * kMiB) : 4 * kKiB;
+        void* ptr = plugin().malloc(bytes, 0, streams[t]);
+        if (random() % 3 == 0) {
+          std::lock_guard lock(handoff_mutex);
+          handoff.push_back(ptr);  // another thread frees it
+        } else {
+          mine.push_back(ptr);
+        }
+        if (mine.size() > 8) {
+          plugin().free_block(mine.front());
+          mine.erase(mine.begin());
+        }
+        void* theirs = nullptr;
+        {
+          std::lock_guard lock(handoff_mutex);
+          if (!handoff.empty() && random() % 2 == 0) {
+            theirs = handoff.back();
+            handoff.pop_back();
+          }
+        }
+        if (theirs != nullptr) plugin().free_block(theirs);
+      }
+      for (void* p : mine) plugin().free_block(p);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  done.store(true);
+  flipper.join();
+  for (void* p : handoff) plugin().free_block(p);
+  const auto now = stats();
+  EXPECT_EQ(now.allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(now.requested_bytes[kAll].current, 0);
+  EXPECT_EQ(now.allocation[kAll].allocated, now.allocation[kAll].freed);
+  EXPECT_FALSE(device.ledger_view().inconsistent);
+  plugin().emptyCache();
+  EXPECT_EQ(stats().reserved_bytes[kAll].current, 0);
 }
 
 }  // namespace
