@@ -329,6 +329,17 @@ inline void CachingAllocator::Impl::return_parked_locked(ThreadCache& cache) {
   for (Block* block : returning) return_front_block_locked(block);
 }
 
+// Under the allocator's lock, before its heap grows: the stream's parked blocks back to their
+// heaps; how many went. Most growth finds nothing parked (the mixed ring's caches shed): the
+// caches' hints say so without the registry's mutex or any cache's (front_caches_ changes only
+// under the allocator's lock). A block parked meanwhile is as if parked just after.
+inline std::size_t CachingAllocator::Impl::return_parked_before_growth_locked(StreamHandle stream) {
+  if (!front_enabled_) return 0;
+  bool any = false;
+  for (const auto& cache : front_caches_) any |= cache->has_parked();
+  return any ? flush_front_caches_locked(&stream) : 0;
+}
+
 // Every parked block (of `stream` only, unless null) back to its heap; how many went.
 inline std::size_t CachingAllocator::Impl::flush_front_caches_locked(const StreamHandle* stream) {
   if (!front_enabled_) return 0;

@@ -27,7 +27,7 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
   }
   // Parked blocks of front caches are cached memory: they never make the heap grow (with
   // front caches on, the corpus replayed at up to 1.44 of peak requested before).
-  if (growing && flush_front_caches_locked(&heaps.stream) > 0) {
+  if (growing && return_parked_before_growth_locked(heaps.stream) > 0) {
     block = index.find(size);
     growing = needs_pages();
   }

@@ -492,6 +492,7 @@ class CachingAllocator::Impl {
   }
   void return_front_block_locked(Block* block);
   std::size_t flush_front_caches_locked(const StreamHandle* stream);
+  std::size_t return_parked_before_growth_locked(StreamHandle stream);
   void return_parked_locked(ThreadCache& cache);
   FrontBlock detach_front_block_locked(Block* block, const char* action);
   void retire_front_cache_locked(ThreadCache& cache);

@@ -10,7 +10,9 @@ inline Block* CachingAllocator::Impl::allocate_from_segments(StreamHeaps& heaps,
   FreeBlockIndex& index = heaps.free[pool_index(pool)];
   Block* block = index.find(size);
   if (block == nullptr && adopt_pending_frees(heaps, pool) > 0) block = index.find(size);
-  if (block == nullptr && flush_front_caches_locked(&heaps.stream) > 0) block = index.find(size);
+  if (block == nullptr && return_parked_before_growth_locked(heaps.stream) > 0) {
+    block = index.find(size);  // parked blocks never make the heap grow (front_cache.cpp)
+  }
   if (block == nullptr) block = add_segment(heaps, pool, size);
   take_from_segment(index, pool, block, size, pending_split_);
   return block;
