@@ -19,6 +19,7 @@
 #include "allocator/simulated/simulated_device.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 
 namespace vramledger::torch_plugin {
 namespace {
@@ -27,17 +28,9 @@ constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
-// The process's plugin on the simulated device, front caches on.
-VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created =
-        VramledgerAllocator::get_or_create("backend:simulated,front_cache_mb:64");
-    created.init(1);
-    return created;
-  }();
-  return instance;
-}
+// The process's plugin on the simulated device, front caches on (hides simulated_plugin.hpp's
+// plugin(), which takes its settings from the environment).
+VramledgerAllocator& plugin() { return simulated_plugin("front_cache_mb:64"); }
 
 std::vector<cudaStream_t> new_streams(std::size_t count) {
   auto* device = dynamic_cast<SimulatedDevice*>(&plugin().device_state(0).backend());

@@ -15,6 +15,7 @@
 #include "allocator/simulated/simulated_device.hpp"
 #include "torch_plugin/device_allocators.hpp"
 #include "torch_plugin/vramledger_allocator.hpp"
+#include "tests/torch/simulated_plugin.hpp"
 
 namespace vramledger::torch_plugin {
 namespace {
@@ -22,16 +23,10 @@ namespace {
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr auto kAll = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
+// This process's plugin (hides simulated_plugin.hpp's plugin(), which takes its settings from the
+// environment).
 VramledgerAllocator& plugin() {
-  static VramledgerAllocator& instance = []() -> VramledgerAllocator& {
-    setenv("VRAMLEDGER_TORCH_ALLOW_SIMULATED", "1", 1);
-    VramledgerAllocator& created =
-        VramledgerAllocator::get_or_create(
-        "backend:simulated,sleepable_graph_pools:true");  // 80 GiB, VMM
-    created.init(1);
-    return created;
-  }();
-  return instance;
+  return simulated_plugin("sleepable_graph_pools:true");  // 80 GiB, VMM
 }
 
 void* alloc_tagged(const char* tag, std::size_t bytes) {
