@@ -13,8 +13,12 @@
 //   build-torch/torch_plugin/vramledger-bench-torch-plugin --benchmark_format=json
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "allocator/simulated/simulated_device.hpp"
@@ -69,6 +73,47 @@ void PluginThreads(benchmark::State& state) {
 }
 
 BENCHMARK(PluginThreads)->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+
+// PluginHandOff: thread 0 allocates (64 KiB, its own stream), thread 1 frees what it made,
+// through a ring of 256 pointers: the pattern of autograd, whose backward thread frees the
+// forward thread's activations. With front caches the freeing thread meets blocks another
+// thread's cache manages (docs/design.md 5.1). Wall time per block, both threads together.
+void PluginHandOff(benchmark::State& state) {
+  VramledgerAllocator& allocator = plugin();
+  constexpr std::size_t kRing = 256;
+  static std::array<std::atomic<void*>, kRing> ring{};
+  static std::atomic<std::uint64_t> produced{0};
+  static std::atomic<std::uint64_t> consumed{0};
+  static std::mutex setup;
+  {
+    std::lock_guard lock(setup);
+    (void)bench_streams();
+  }
+  const cudaStream_t stream = bench_streams()[0];
+  if (state.thread_index() == 0) {
+    produced.store(0);
+    consumed.store(0);
+  }
+  std::uint64_t mine = 0;
+  for (auto _ : state) {
+    if (state.thread_index() == 0) {
+      while (produced.load(std::memory_order_relaxed) - consumed.load(std::memory_order_acquire) >=
+             kRing) {
+        std::this_thread::yield();
+      }
+      const std::uint64_t at = produced.load(std::memory_order_relaxed);
+      ring[at % kRing].store(allocator.malloc(64 << 10, 0, stream), std::memory_order_relaxed);
+      produced.store(at + 1, std::memory_order_release);
+    } else {
+      while (produced.load(std::memory_order_acquire) <= mine) std::this_thread::yield();
+      allocator.free_block(ring[mine % kRing].load(std::memory_order_relaxed));
+      consumed.store(++mine, std::memory_order_release);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(PluginHandOff)->Threads(2)->UseRealTime();
 
 constexpr std::int64_t kKiB = 1 << 10;
 constexpr std::int64_t kMiB = 1 << 20;
