@@ -17,7 +17,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -41,7 +40,8 @@ void PluginFixedSize(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-// Streams of the simulated device, made once (streams[0..15]).
+// Streams of the simulated device, made once (streams[0..15]; a function-local static: the
+// benchmark's threads may ask at once).
 const std::vector<cudaStream_t>& bench_streams() {
   static const std::vector<cudaStream_t> streams = [] {
     auto& device = dynamic_cast<SimulatedDevice&>(plugin().device_state(0).backend());
@@ -56,11 +56,6 @@ const std::vector<cudaStream_t>& bench_streams() {
 
 void PluginThreads(benchmark::State& state) {
   VramledgerAllocator& allocator = plugin();
-  static std::mutex setup;
-  {
-    std::lock_guard lock(setup);
-    (void)bench_streams();
-  }
   const cudaStream_t stream = bench_streams()[static_cast<std::size_t>(state.thread_index())];
   allocator.free_block(allocator.malloc(512, 0, stream));  // warm: asked for before
   allocator.free_block(allocator.malloc(512, 0, stream));
@@ -84,11 +79,6 @@ void PluginHandOff(benchmark::State& state) {
   static std::array<std::atomic<void*>, kRing> ring{};
   static std::atomic<std::uint64_t> produced{0};
   static std::atomic<std::uint64_t> consumed{0};
-  static std::mutex setup;
-  {
-    std::lock_guard lock(setup);
-    (void)bench_streams();
-  }
   const cudaStream_t stream = bench_streams()[0];
   if (state.thread_index() == 0) {
     produced.store(0);

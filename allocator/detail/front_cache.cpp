@@ -8,6 +8,7 @@
 // adopts its block on the per-stream fast path, detail/stream_fast_path.cpp). Only the owning
 // thread parks and pops; everything that reaches into another thread's cache (flushes, the
 // census, a free or record_stream from another thread, retiring) holds mutex_ first.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -335,8 +336,8 @@ inline void CachingAllocator::Impl::return_parked_locked(ThreadCache& cache) {
 // under the allocator's lock). A block parked meanwhile is as if parked just after.
 inline std::size_t CachingAllocator::Impl::return_parked_before_growth_locked(StreamHandle stream) {
   if (!front_enabled_) return 0;
-  bool any = false;
-  for (const auto& cache : front_caches_) any |= cache->has_parked();
+  const bool any = std::any_of(front_caches_.begin(), front_caches_.end(),
+                               [](const auto& cache) { return cache->has_parked(); });
   return any ? flush_front_caches_locked(&stream) : 0;
 }
 

@@ -26,7 +26,7 @@ inline Block* CachingAllocator::Impl::allocate_paged(StreamHeaps& heaps, PoolKin
     growing = needs_pages();
   }
   // Parked blocks of front caches are cached memory: they never make the heap grow (with
-  // front caches on, the corpus replayed at up to 1.44 of peak requested before).
+  // front_cache_mb:1024 the corpus replayed at up to 1.79 of peak requested before).
   if (growing && return_parked_before_growth_locked(heaps.stream) > 0) {
     block = index.find(size);
     growing = needs_pages();

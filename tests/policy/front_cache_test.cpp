@@ -330,7 +330,7 @@ TEST_P(FrontCacheTest, OutOfMemoryRetryReclaimsParkedBlocks) {
 }
 
 // Parked blocks are cached memory: a request they would serve once merged back takes them
-// before the heap grows (front caches on, the corpus replayed at up to 1.44 of peak requested
+// before the heap grows (front caches on, the corpus replayed at up to 1.79 of peak requested
 // before: gpt2_generate with front_cache_mb:1024).
 TEST_P(FrontCacheTest, ParkedBlocksAreReturnedBeforeTheHeapGrows) {
   warm(8 * kMiB);
