@@ -166,8 +166,15 @@ void Ledger::close_shard(ObserverShard* closing) noexcept {
   unlock_shards();
 }
 
+// Shards biased to their threads (allocator/biased_mutex.hpp) are taken from them with one
+// process-wide barrier for all.
 void Ledger::lock_shards() const noexcept {
-  for (const auto& shard : shards_) shard->mutex().lock();
+  bool barrier = false;
+  for (const auto& shard : shards_) barrier |= shard->mutex().lock_deferring_barrier();
+  if (barrier) {
+    BiasedMutex::process_wide_barrier();
+    for (const auto& shard : shards_) shard->mutex().finish_lock();
+  }
   shards_held_ = true;
 }
 

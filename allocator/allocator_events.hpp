@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "allocator/biased_mutex.hpp"
 #include "allocator/device_backend.hpp"
-#include "allocator/spin_mutex.hpp"
 
 namespace vramledger {
 
@@ -90,7 +90,7 @@ class ObserverShard {
   ObserverShard& operator=(const ObserverShard&) = delete;
   virtual ~ObserverShard() = default;
 
-  SpinMutex& mutex() noexcept { return *mutex_; }
+  BiasedMutex& mutex() noexcept { return *mutex_; }
   // With mutex() held: applies a kAlloc or kFree of a front-cache block, or of a stream's fast
   // path (AllocatorObserver::open_stream_shard). Returns false, changing nothing, when it cannot
   // be applied without the observer's slow path.
@@ -104,11 +104,11 @@ class ObserverShard {
  protected:
   // A shard that forwards to another (an observer wrapping its own observer's shards, as the
   // torch plugin's event gate does) locks the other's mutex: the one its observer folds under.
-  explicit ObserverShard(SpinMutex& shared) noexcept : mutex_(&shared) {}
+  explicit ObserverShard(BiasedMutex& shared) noexcept : mutex_(&shared) {}
 
  private:
-  SpinMutex own_mutex_;
-  SpinMutex* mutex_ = &own_mutex_;
+  BiasedMutex own_mutex_;
+  BiasedMutex* mutex_ = &own_mutex_;
 };
 
 class AllocatorObserver {

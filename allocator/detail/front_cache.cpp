@@ -137,6 +137,11 @@ inline ThreadCache* CachingAllocator::Impl::front_cache_of_thread() {
         return nullptr;
       }
     }
+    {
+      BiasedMutex& mutex = cache->mutex();
+      std::lock_guard bias_lock(mutex);
+      mutex.bias_to_this_thread();
+    }
     entries.push_back({front_id_, cache, this, &Impl::retire_front_cache_of});
     found = cache.get();
   }
@@ -154,24 +159,24 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
   ThreadCache* cache = front_cache_of_thread();
   if (cache == nullptr) return allocate(bytes, stream, tag, block_bytes);
   if (cache->has_parked()) {
-    SpinMutex& mutex = cache->mutex();
-    mutex.lock();
+    BiasedMutex& mutex = cache->mutex();
+    mutex.lock_as_owner();
     if (FrontBlock* front = cache->pop(stream, size)) {
       front->requested = bytes;
       const AllocatorEvent event = front_event(EventKind::kAlloc, *front);
       ObserverShard* shard = cache->shard;
       if (shard == nullptr || shard->try_apply(event)) [[likely]] {
-        mutex.unlock();
+        mutex.unlock_as_owner();
         return event.address;
       }
       // Past this shard's credit: the ledger's slow path. The block is this thread's already
       // (unparked), so nobody else can touch it meanwhile.
       cache->note_slow_hit();
-      mutex.unlock();
+      mutex.unlock_as_owner();
       shard->apply_slow(event);
       return event.address;
     }
-    mutex.unlock();
+    mutex.unlock_as_owner();
   }
   // A miss: the heaps, as allocate() asks them; the block is managed by this cache from now on
   // if worth it. (The adoption's bookkeeping is this thread's alone: no lock.) A shedding cache
@@ -189,7 +194,7 @@ inline DevicePtr CachingAllocator::Impl::front_allocate(std::size_t bytes, Strea
 // `cache` from now on.
 inline void CachingAllocator::Impl::adopt_front_block(ThreadCache& cache, Block* block,
                                                       std::size_t bytes, StreamHandle stream) {
-  std::lock_guard cache_lock(cache.mutex());
+  OwnerLock cache_lock(cache.mutex());  // a miss of this thread's
   FrontBlock* front = cache.entries.create();
   front->block = block;
   front->address = block->address;
@@ -206,30 +211,30 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
   if (!front_enabled_) return deallocate(ptr);
   ThreadCache* cache = front_cache_if_any();
   if (cache != nullptr && cache->manages_any()) {
-    SpinMutex& mutex = cache->mutex();
-    mutex.lock();
+    BiasedMutex& mutex = cache->mutex();
+    mutex.lock_as_owner();
     if (FrontBlock* front = cache->blocks.find(ptr)) {
       if (front->parked) {
-        mutex.unlock();
+        mutex.unlock_as_owner();
         throw Error(ErrorCode::kDoubleFree, "pointer " + format_hex(ptr) + " was already freed");
       }
       if (cache->shedding()) [[unlikely]] {
         // The shard's hits cost more than they save (ThreadCache::note_slow_hit): the heap frees
         // it, as a block of another thread's cache. Only this thread can free it meanwhile.
-        mutex.unlock();
+        mutex.unlock_as_owner();
         return deallocate(ptr);
       }
       const AllocatorEvent event = front_event(EventKind::kFree, *front);
       ObserverShard* shard = cache->shard;
       if (shard != nullptr && !shard->try_apply(event)) [[unlikely]] {
-        mutex.unlock();
+        mutex.unlock_as_owner();
         shard->apply_slow(event);  // counted free before it can be popped again
-        mutex.lock();
+        mutex.lock_as_owner();
       }
       ThreadCache::Evicted evicted;
       if (cache->park(front, evicted)) [[likely]] {
         if (evicted.count == 0) [[likely]] {
-          mutex.unlock();
+          mutex.unlock_as_owner();
           return;
         }
         // Its bin went to this size: the blocks of the size before go back to their heaps.
@@ -239,7 +244,7 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
           cache->forget(evicted.blocks[i]->address);
           cache->entries.destroy(evicted.blocks[i]);
         }
-        mutex.unlock();
+        mutex.unlock_as_owner();
         std::lock_guard lock(mutex_);
         for (std::size_t i = 0; i < evicted.count; ++i) return_front_block_locked(returning[i]);
         return;
@@ -248,12 +253,12 @@ inline void CachingAllocator::Impl::front_deallocate(DevicePtr ptr) {
       Block* block = front->block;
       cache->forget(ptr);
       cache->entries.destroy(front);
-      mutex.unlock();
+      mutex.unlock_as_owner();
       std::lock_guard lock(mutex_);
       return_front_block_locked(block);
       return;
     }
-    mutex.unlock();
+    mutex.unlock_as_owner();
   }
   deallocate(ptr);  // a block of no front cache, or of another thread's (frees.cpp)
 }
@@ -382,6 +387,7 @@ inline void CachingAllocator::Impl::retire_front_cache_locked(ThreadCache& cache
       cache.entries.destroy(front);
     }
     cache.reset();
+    cache.mutex().unbias();  // its thread is leaving; the next one biases it to itself
     shard = cache.shard;
     cache.in_use = false;
   }

@@ -62,7 +62,7 @@ inline void CachingAllocator::Impl::close_stream_shards() noexcept {
 // (docs/design.md 4).
 inline void CachingAllocator::Impl::report_to_stream_shard(ObserverShard& shard,
                                                            const AllocatorEvent& event) {
-  SpinMutex& mutex = shard.mutex();
+  BiasedMutex& mutex = shard.mutex();
   mutex.lock();
   const bool counted = shard.try_apply(event);
   mutex.unlock();

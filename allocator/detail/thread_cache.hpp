@@ -8,7 +8,8 @@
 // and pops; other threads, under the allocator's lock, flush parked blocks back to the heap
 // (empty_cache, out-of-memory retry, release_stream), read them (census, segments) or take over
 // a held block (a free from another thread, record_stream). Everything here is guarded by
-// mutex(): the thread's ledger shard's mutex when the observer has shards, else its own.
+// mutex(): the thread's ledger shard's mutex when the observer has shards, else its own. It is
+// biased to the owning thread (allocator/biased_mutex.hpp), which takes it with OwnerLock.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +23,7 @@
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/object_pool.hpp"
-#include "allocator/spin_mutex.hpp"
+#include "allocator/biased_mutex.hpp"
 
 namespace vramledger {
 
@@ -47,7 +48,7 @@ class ThreadCache {
   ThreadCache(const ThreadCache&) = delete;
   ThreadCache& operator=(const ThreadCache&) = delete;
 
-  SpinMutex& mutex() noexcept { return shard != nullptr ? shard->mutex() : own_mutex_; }
+  BiasedMutex& mutex() noexcept { return shard != nullptr ? shard->mutex() : own_mutex_; }
 
   // A parked block of exactly `size` on `stream`, unparked; null when none.
   FrontBlock* pop(StreamHandle stream, std::size_t size) noexcept {
@@ -270,7 +271,7 @@ class ThreadCache {
   // Hits minus misses of pops, bounded: below 0 the bins are not serving this thread's sizes.
   static constexpr int kMinScore = -64, kMaxScore = 64, kInitialScore = 8;
   static constexpr int kSlowHitCost = 4;  // a slow hit weighs as much as four cheap ones
-  SpinMutex own_mutex_;
+  BiasedMutex own_mutex_;
   std::array<std::size_t, 64> recent_sizes_{};  // direct-mapped by size
   int score_ = kInitialScore;
   int escrow_ = kInitialScore;  // cheap hits minus weighted slow ones, bounded

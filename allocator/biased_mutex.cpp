@@ -1,0 +1,136 @@
+// The other threads' side of BiasedMutex (biased_mutex.hpp): revoking the owner's bias, the
+// process-wide barrier that stands in for the owner's, and when to stop and start biasing.
+#include "allocator/biased_mutex.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace vramledger {
+namespace {
+
+#if defined(__linux__) && !defined(VRAMLEDGER_BIASED_SEQ_CST)
+long membarrier(int command) { return syscall(__NR_membarrier, command, 0u, 0); }
+#endif
+
+bool register_process_wide_barrier() {
+  const char* setting = std::getenv("VRAMLEDGER_BIASED_LOCKS");
+  if (setting != nullptr && std::strcmp(setting, "0") == 0) return false;
+#if defined(VRAMLEDGER_BIASED_SEQ_CST)
+  return true;  // both sides sequentially consistent: no barrier needed
+#elif defined(__linux__)
+  const long commands = membarrier(MEMBARRIER_CMD_QUERY);
+  if (commands < 0 || (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+  // Registration is per process and survives fork (measured, Linux 6.18); exec starts afresh.
+  return membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool BiasedMutex::biasing_available() noexcept {
+  static const bool available = register_process_wide_barrier();
+  return available;
+}
+
+std::uintptr_t BiasedMutex::this_thread_token() noexcept {
+  thread_local char token;
+  return reinterpret_cast<std::uintptr_t>(&token);
+}
+
+void BiasedMutex::process_wide_barrier() noexcept {
+#if defined(VRAMLEDGER_BIASED_SEQ_CST)
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#elif defined(__linux__)
+  // Only reached once biasing_available() registered the command, which cannot be undone.
+  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+    std::fprintf(stderr, "vramledger: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after "
+                         "registration: %s; cannot take a biased lock safely\n",
+                 std::strerror(errno));
+    std::abort();
+  }
+#endif
+}
+
+// Holding inner_, of a mutex with an owner.
+bool BiasedMutex::revoke_deferring_barrier() noexcept {
+  if (owner_ == this_thread_token()) return false;  // the owner is not inside: it is here
+  if (state_.load(std::memory_order_relaxed) != kBiased) {
+    owner_locks_unbiased_ = 0;  // another thread wanted it: the owner does not rebias yet
+    return false;
+  }
+  // Sequentially consistent: ordered before the barrier and the load of owner_busy_ after it.
+  state_.store(kRevoking, std::memory_order_seq_cst);
+  revoked_by_holder_ = true;
+  needs_wait_ = true;
+  return true;
+}
+
+void BiasedMutex::finish_lock() noexcept {
+  if (!needs_wait_) return;
+  needs_wait_ = false;
+  // The owner either saw kRevoking (it waits for inner_) or is inside: wait until it leaves.
+  for (int spins = 0; owner_busy_.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (spins < 1024) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();  // the owner was preempted inside
+    }
+  }
+  ++revocations_;
+  const std::uint64_t fast_locks = fast_locks_.load(std::memory_order_relaxed);
+  stay_unbiased_ = adaptive_ && fast_locks - fast_locks_at_revocation_ < kFastLocksPerRevocation;
+  fast_locks_at_revocation_ = fast_locks;
+}
+
+void BiasedMutex::end_revocation() noexcept {
+  revoked_by_holder_ = false;
+  if (stay_unbiased_) owner_locks_unbiased_ = 0;
+  // Release: the owner's next acquire load of state_ sees what was written under the lock.
+  state_.store(stay_unbiased_ ? kUnbiased : kBiased, std::memory_order_release);
+}
+
+void BiasedMutex::lock_as_owner_slow() noexcept {
+  inner_.lock();
+  owner_holds_inner_ = true;
+  // Unbiased for now (or a revocation just ended): biased again after enough locks of the
+  // owner's alone. Holding inner_, so no other thread is inside.
+  if (state_.load(std::memory_order_relaxed) == kUnbiased && owner_ != 0 &&
+      ++owner_locks_unbiased_ >= kRebiasAfter) {
+    owner_locks_unbiased_ = 0;
+    fast_locks_at_revocation_ = fast_locks_.load(std::memory_order_relaxed);
+    state_.store(kBiased, std::memory_order_relaxed);
+  }
+}
+
+void BiasedMutex::bias_to_this_thread() noexcept {
+  if (!biasing_available()) return unbias();
+  owner_ = this_thread_token();
+  revoked_by_holder_ = false;
+  owner_busy_.store(0, std::memory_order_relaxed);
+  owner_holds_inner_ = false;
+  owner_locks_unbiased_ = 0;
+  fast_locks_at_revocation_ = fast_locks_.load(std::memory_order_relaxed);
+  state_.store(kBiased, std::memory_order_release);
+}
+
+void BiasedMutex::unbias() noexcept {
+  owner_ = 0;
+  revoked_by_holder_ = false;
+  owner_locks_unbiased_ = 0;
+  state_.store(kUnbiased, std::memory_order_release);
+}
+
+}  // namespace vramledger

@@ -1,0 +1,160 @@
+// A mutex biased towards one thread, its owner: the owner takes and releases it with plain
+// loads and stores, no atomic read-modify-write; any other thread pays for both sides
+// (docs/design.md, 5.2 "Biased locks").
+//
+// Why: a front cache's warm allocate+free pair takes its thread's lock twice, and the four
+// atomic instructions (lock cmpxchg, xchg) were a quarter of the pair (simulated device, 2-core
+// VM, session 26: 56 ns with them, 41 ns without). Other threads reach into a cache rarely (a
+// flush, a read of exact statistics, a free of another thread's block), so they do the work.
+//
+// How: the owner announces itself (`owner_busy_ = 1`), then reads `state_`; a thread that wants
+// the lock from the owner takes `inner_` (which also orders it against other such threads),
+// writes `state_ = kRevoking`, makes every running thread of the process execute a full memory
+// barrier (membarrier(2), MEMBARRIER_CMD_PRIVATE_EXPEDITED), and waits until `owner_busy_` is 0.
+// The barrier stands in for the one the owner's side leaves out (Dekker's store-then-load on
+// both sides): either the owner sees kRevoking and goes to `inner_`, or the other thread sees
+// the owner busy and waits for it. A revocation costs a system call with interrupts to every
+// CPU running the process (4-16 us on the VM), so a mutex revoked more than once per
+// kFastLocksPerRevocation owner locks stops being biased (the owner then takes `inner_` too,
+// as an unbiased mutex), until the owner has taken it kRebiasAfter times with no other thread.
+//
+// Without membarrier (old kernel, seccomp) nothing is biased: every thread takes `inner_`.
+// Under ThreadSanitizer, which cannot see membarrier's ordering, both sides use sequentially
+// consistent operations instead, which order them by themselves (Dekker), so TSan checks the
+// protocol.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "allocator/spin_mutex.hpp"
+
+#if defined(__SANITIZE_THREAD__)
+#define VRAMLEDGER_BIASED_SEQ_CST 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define VRAMLEDGER_BIASED_SEQ_CST 1
+#endif
+#endif
+
+namespace vramledger {
+
+class BiasedMutex {
+ public:
+  BiasedMutex() = default;
+  // Tests: `adaptive` false keeps the bias however often it is revoked.
+  explicit BiasedMutex(bool adaptive) noexcept : adaptive_(adaptive) {}
+  BiasedMutex(const BiasedMutex&) = delete;
+  BiasedMutex& operator=(const BiasedMutex&) = delete;
+
+  // ---- any thread (Lockable). From the owner thread, as cheap as a SpinMutex.
+  void lock() noexcept {
+    if (lock_deferring_barrier()) {
+      process_wide_barrier();
+      finish_lock();
+    }
+  }
+  void unlock() noexcept {
+    if (revoked_by_holder_) [[unlikely]] end_revocation();
+    inner_.unlock();
+  }
+
+  // lock() in two steps, so that a thread taking many (the ledger: every shard) makes one
+  // process-wide barrier for all: lock_deferring_barrier() on each, process_wide_barrier() once
+  // if any returned true, then finish_lock() on each that did.
+  bool lock_deferring_barrier() noexcept {
+    inner_.lock();
+    if (owner_ == 0) [[likely]] return false;  // never biased: a stream's shard, say
+    return revoke_deferring_barrier();
+  }
+  void finish_lock() noexcept;
+  static void process_wide_barrier() noexcept;
+
+  // ---- the owner thread only (bias_to_this_thread)
+  [[gnu::always_inline]] void lock_as_owner() noexcept {
+    owner_busy_.store(1, kOwnerStoreOrder);
+    owner_side_barrier();
+    if (state_.load(kOwnerLoadOrder) == kBiased) [[likely]] {
+      fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+      return;
+    }
+    owner_busy_.store(0, std::memory_order_release);
+    lock_as_owner_slow();
+  }
+  [[gnu::always_inline]] void unlock_as_owner() noexcept {
+    if (owner_holds_inner_) [[unlikely]] {
+      owner_holds_inner_ = false;
+      unlock();
+      return;
+    }
+    owner_busy_.store(0, std::memory_order_release);
+  }
+
+  // With lock() held: the calling thread becomes the owner (biased, where membarrier is
+  // available), or nobody is (unbias: every thread takes `inner_`). The previous owner must not
+  // hold the mutex as owner (it has exited, or it is the caller).
+  void bias_to_this_thread() noexcept;
+  void unbias() noexcept;
+
+  // Whether this process biases mutexes (membarrier registered, VRAMLEDGER_BIASED_LOCKS not 0).
+  static bool biasing_available() noexcept;
+
+  // For tests and benchmarks; read with lock() held.
+  bool biased() const noexcept { return state_.load(std::memory_order_relaxed) == kBiased; }
+  std::uint64_t revocations() const noexcept { return revocations_; }
+
+  static constexpr std::uint64_t kFastLocksPerRevocation = 1u << 14;
+  static constexpr std::uint64_t kRebiasAfter = 1u << 16;
+
+ private:
+  static constexpr int kBiased = 0;    // the owner takes it with plain stores
+  static constexpr int kRevoking = 1;  // another thread holds `inner_` and took it from the owner
+  static constexpr int kUnbiased = 2;  // everybody takes `inner_` (no owner, or revoked too often)
+
+#if defined(VRAMLEDGER_BIASED_SEQ_CST)
+  static constexpr std::memory_order kOwnerStoreOrder = std::memory_order_seq_cst;
+  static constexpr std::memory_order kOwnerLoadOrder = std::memory_order_seq_cst;
+  static void owner_side_barrier() noexcept {}
+#else
+  static constexpr std::memory_order kOwnerStoreOrder = std::memory_order_relaxed;
+  static constexpr std::memory_order kOwnerLoadOrder = std::memory_order_acquire;
+  // Only the compiler's: the other side's membarrier orders the CPU.
+  static void owner_side_barrier() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
+#endif
+
+  static std::uintptr_t this_thread_token() noexcept;
+  bool revoke_deferring_barrier() noexcept;
+  void lock_as_owner_slow() noexcept;
+  void end_revocation() noexcept;
+
+  // Written by the owner alone.
+  std::atomic<int> owner_busy_{0};
+  std::atomic<std::uint64_t> fast_locks_{0};
+  bool owner_holds_inner_ = false;  // the owner's current hold went through inner_
+  // Written under inner_ only; the owner reads state_ without it.
+  std::atomic<int> state_{kUnbiased};
+  std::uintptr_t owner_ = 0;           // this_thread_token() of the owner, 0 if none
+  bool revoked_by_holder_ = false;     // the holder of inner_ revoked the bias
+  bool needs_wait_ = false;            // lock_deferring_barrier revoked; finish_lock waits
+  std::uint64_t fast_locks_at_revocation_ = 0;
+  std::uint64_t owner_locks_unbiased_ = 0;  // owner's locks since the last other thread's
+  std::uint64_t revocations_ = 0;
+  bool stay_unbiased_ = false;  // end_revocation leaves it unbiased
+  bool adaptive_ = true;
+  SpinMutex inner_;
+};
+
+// The owner's hold, released at the end of scope (std::lock_guard's, for the owner).
+class OwnerLock {
+ public:
+  explicit OwnerLock(BiasedMutex& mutex) noexcept : mutex_(mutex) { mutex_.lock_as_owner(); }
+  ~OwnerLock() { mutex_.unlock_as_owner(); }
+  OwnerLock(const OwnerLock&) = delete;
+  OwnerLock& operator=(const OwnerLock&) = delete;
+
+ private:
+  BiasedMutex& mutex_;
+};
+
+}  // namespace vramledger

@@ -1,0 +1,145 @@
+// BiasedMutex (allocator/biased_mutex.hpp): the owner's plain-store path and other threads'
+// revocations exclude each other; revoked too often, the mutex stops being biased, and the
+// owner biases it again once alone. Suite 'concurrent': under ThreadSanitizer both sides use
+// sequentially consistent operations instead of membarrier, which TSan checks; the release build
+// checks the membarrier protocol itself (a broken one shows as a torn pair or a lost count).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "allocator/biased_mutex.hpp"
+
+namespace vramledger {
+namespace {
+
+// Two plain counters changed one after the other under the mutex: whoever holds it must see
+// them equal, and no increment may be lost.
+struct Guarded {
+  explicit Guarded(bool adaptive = true) : mutex(adaptive) {}
+  BiasedMutex mutex;
+  std::uint64_t first = 0;
+  std::uint64_t second = 0;
+};
+
+void bias_to_this_thread(BiasedMutex& mutex) {
+  std::lock_guard lock(mutex);
+  mutex.bias_to_this_thread();
+}
+
+// Every lock of another thread revokes the bias (not adaptive): thousands of revocations while
+// the owner locks as fast as it can.
+TEST(BiasedMutexTest, OwnerAndOtherThreadsExcludeEachOther) {
+  Guarded guarded(/*adaptive=*/false);
+  constexpr std::uint64_t kOwnerLocks = 400'000;
+  constexpr int kOthers = 3;
+  constexpr std::uint64_t kOtherLocks = 2'000;
+  std::atomic<int> torn{0};
+  std::atomic<bool> biased_ready{false};
+  std::thread owner([&] {
+    bias_to_this_thread(guarded.mutex);
+    biased_ready.store(true);
+    for (std::uint64_t i = 0; i < kOwnerLocks; ++i) {
+      OwnerLock lock(guarded.mutex);
+      if (guarded.first != guarded.second) torn.fetch_add(1);
+      ++guarded.first;
+      ++guarded.second;
+    }
+  });
+  while (!biased_ready.load()) std::this_thread::yield();
+  std::vector<std::thread> others;
+  for (int t = 0; t < kOthers; ++t) {
+    others.emplace_back([&] {
+      for (std::uint64_t i = 0; i < kOtherLocks; ++i) {
+        std::lock_guard lock(guarded.mutex);
+        if (guarded.first != guarded.second) torn.fetch_add(1);
+        ++guarded.first;
+        ++guarded.second;
+      }
+    });
+  }
+  owner.join();
+  for (std::thread& other : others) other.join();
+  std::lock_guard lock(guarded.mutex);
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(guarded.first, kOwnerLocks + kOthers * kOtherLocks);
+  EXPECT_EQ(guarded.second, guarded.first);
+  if (BiasedMutex::biasing_available()) {
+    // Each lock of the others took it from the owner, and so did this one.
+    EXPECT_EQ(guarded.mutex.revocations(), kOthers * kOtherLocks + 1);
+  }
+}
+
+TEST(BiasedMutexTest, TheOwnersOwnLockRevokesNothing) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  BiasedMutex mutex;
+  bias_to_this_thread(mutex);
+  for (int i = 0; i < 100; ++i) {
+    { OwnerLock lock(mutex); }
+    std::lock_guard lock(mutex);  // e.g. the ledger's slow path on the owner's thread
+  }
+  std::lock_guard lock(mutex);
+  EXPECT_TRUE(mutex.biased());
+  EXPECT_EQ(mutex.revocations(), 0u);
+}
+
+// Revoked within fewer owner locks than kFastLocksPerRevocation, the bias goes; after
+// kRebiasAfter locks of the owner alone it comes back, and the next revocation pays once.
+TEST(BiasedMutexTest, FrequentRevocationsUnbiasAndQuietRebiases) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  BiasedMutex mutex;
+  std::atomic<int> phase{0};
+  std::thread owner([&] {
+    bias_to_this_thread(mutex);
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+    for (std::uint64_t i = 0; i <= BiasedMutex::kRebiasAfter; ++i) OwnerLock lock(mutex);
+    phase.store(3);
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  {
+    std::lock_guard lock(mutex);  // revokes: the owner has made no locks since it was biased
+    EXPECT_EQ(mutex.revocations(), 1u);
+  }
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_FALSE(mutex.biased());
+  }
+  { std::lock_guard lock(mutex); }  // unbiased: no revocation
+  EXPECT_EQ(mutex.revocations(), 1u);
+  phase.store(2);
+  while (phase.load() != 3) std::this_thread::yield();
+  {
+    std::lock_guard lock(mutex);  // the owner rebiased it: this revokes again
+    EXPECT_EQ(mutex.revocations(), 2u);
+  }
+  owner.join();
+}
+
+TEST(BiasedMutexTest, AnUnbiasedMutexIsAPlainOne) {
+  Guarded guarded;  // never biased (as without membarrier): every path takes the inner lock
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20'000; ++i) {
+        if (t == 0) {  // as the front cache's thread does when biasing is unavailable
+          OwnerLock lock(guarded.mutex);
+          ++guarded.first;
+          ++guarded.second;
+        } else {
+          std::lock_guard lock(guarded.mutex);
+          ++guarded.first;
+          ++guarded.second;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(guarded.first, 80'000u);
+  EXPECT_EQ(guarded.second, 80'000u);
+}
+
+}  // namespace
+}  // namespace vramledger
