@@ -253,13 +253,15 @@ class Ledger final : public AllocatorObserver {
   // A shard whose staged records are full hands them to the trace under its own mutex and this
   // one, without the ledger's (hand_over_records_locked): every other write to the trace that
   // does not hold every shard's mutex takes it too. Lock order: ledger -> shards -> trace.
-  alignas(64) mutable SpinMutex trace_mutex_;
+  // Both locks bias themselves to the thread that takes them most (allocator/biased_mutex.hpp).
+  alignas(64) mutable AutoBiasedMutex trace_mutex_;
 
   // Shards (ledger_shard.hpp). `outstanding_*` is, per counter, the sum over shards of
   // delta + credit; only the slow path (every shard's mutex held) changes it.
   std::atomic<bool> sharded_{false};
   std::atomic<bool> concurrent_{false};  // accept_concurrent_events: events and queries lock
-  mutable SpinMutex mutex_;  // taken by on_event once sharded_ or concurrent_, and by queries
+  // Taken by on_event once sharded_ or concurrent_, and by queries.
+  mutable AutoBiasedMutex mutex_;
   mutable bool shards_held_ = false;  // under mutex_: lock_shards() is in effect
   bool stream_shards_ = false;        // under mutex_: a stream's shard was opened
   std::size_t stream_shard_count_ = 0;  // under mutex_: stream shards open now

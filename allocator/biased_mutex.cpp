@@ -43,7 +43,7 @@ bool BiasedMutex::biasing_available() noexcept {
   return available;
 }
 
-std::uintptr_t BiasedMutex::this_thread_token() noexcept {
+std::uintptr_t BiasedMutex::this_thread_token_slow() noexcept {
   thread_local char token;
   return reinterpret_cast<std::uintptr_t>(&token);
 }
@@ -64,7 +64,8 @@ void BiasedMutex::process_wide_barrier() noexcept {
 
 // Holding inner_, of a mutex with an owner.
 bool BiasedMutex::revoke_deferring_barrier() noexcept {
-  if (owner_ == this_thread_token()) return false;  // the owner is not inside: it is here
+  // The owner is not inside: it is here.
+  if (owner_.load(std::memory_order_relaxed) == this_thread_token()) return false;
   if (state_.load(std::memory_order_relaxed) != kBiased) {
     owner_locks_unbiased_ = 0;  // another thread wanted it: the owner does not rebias yet
     return false;
@@ -107,7 +108,8 @@ void BiasedMutex::lock_as_owner_slow() noexcept {
   owner_holds_inner_ = true;
   // Unbiased for now (or a revocation just ended): biased again after enough locks of the
   // owner's alone. Holding inner_, so no other thread is inside.
-  if (state_.load(std::memory_order_relaxed) == kUnbiased && owner_ != 0 &&
+  if (state_.load(std::memory_order_relaxed) == kUnbiased &&
+      owner_.load(std::memory_order_relaxed) != 0 &&
       ++owner_locks_unbiased_ >= kRebiasAfter) {
     owner_locks_unbiased_ = 0;
     fast_locks_at_revocation_ = fast_locks_.load(std::memory_order_relaxed);
@@ -117,7 +119,7 @@ void BiasedMutex::lock_as_owner_slow() noexcept {
 
 void BiasedMutex::bias_to_this_thread() noexcept {
   if (!biasing_available()) return unbias();
-  owner_ = this_thread_token();
+  owner_.store(this_thread_token(), std::memory_order_relaxed);
   revoked_by_holder_ = false;
   owner_busy_.store(0, std::memory_order_relaxed);
   owner_holds_inner_ = false;
@@ -126,8 +128,44 @@ void BiasedMutex::bias_to_this_thread() noexcept {
   state_.store(kBiased, std::memory_order_release);
 }
 
+// Under inner_ (taken by lock_counting_runs), no owner yet.
+void BiasedMutex::note_run() noexcept {
+  const std::uintptr_t self = this_thread_token();
+  if (run_thread_ != self) {
+    run_thread_ = self;
+    run_ = 0;
+  }
+  if (++run_ < kAutoBiasAfter || !biasing_available()) return;
+  // This thread owns it from now on, and holds it as an owner whose lock went through inner_.
+  bias_to_this_thread();
+  owner_holds_inner_ = true;
+}
+
+bool BiasedMutex::try_lock_counting_runs() noexcept {
+  if (!inner_.try_lock()) return false;
+  if (revoke_deferring_barrier()) {
+    process_wide_barrier();
+    finish_lock();  // the owner's sections are a few instructions long: a short wait
+  }
+  if (owner_.load(std::memory_order_relaxed) == 0) note_run();
+  return true;
+}
+
+bool BiasedMutex::try_lock_as_owner() noexcept {
+  owner_busy_.store(1, kOwnerStoreOrder);
+  owner_side_barrier();
+  if (state_.load(kOwnerLoadOrder) == kBiased) {
+    fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return true;
+  }
+  owner_busy_.store(0, std::memory_order_release);
+  if (!inner_.try_lock()) return false;
+  owner_holds_inner_ = true;
+  return true;
+}
+
 void BiasedMutex::unbias() noexcept {
-  owner_ = 0;
+  owner_.store(0, std::memory_order_relaxed);
   revoked_by_holder_ = false;
   owner_locks_unbiased_ = 0;
   state_.store(kUnbiased, std::memory_order_release);

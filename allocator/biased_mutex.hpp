@@ -64,7 +64,7 @@ class BiasedMutex {
   // if any returned true, then finish_lock() on each that did.
   bool lock_deferring_barrier() noexcept {
     inner_.lock();
-    if (owner_ == 0) [[likely]] return false;  // never biased: a stream's shard, say
+    if (owner_.load(std::memory_order_relaxed) == 0) [[likely]] return false;  // never biased
     return revoke_deferring_barrier();
   }
   void finish_lock() noexcept;
@@ -100,6 +100,41 @@ class BiasedMutex {
   // Whether this process biases mutexes (membarrier registered, VRAMLEDGER_BIASED_LOCKS not 0).
   static bool biasing_available() noexcept;
 
+  // ---- self-biasing use (AutoBiasedMutex)
+  bool owned_by_this_thread() const noexcept {
+    return owner_.load(std::memory_order_relaxed) == this_thread_token();
+  }
+  // lock() by a thread that does not own it; the thread that takes it kAutoBiasAfter times in a
+  // row while it has no owner becomes its owner (holding it, as through lock_as_owner_slow).
+  void lock_counting_runs() noexcept {
+    lock();
+    if (owner_.load(std::memory_order_relaxed) == 0) [[unlikely]] note_run();
+  }
+  bool try_lock_counting_runs() noexcept;
+  // The owner's try_lock: false only while another thread holds it.
+  bool try_lock_as_owner() noexcept;
+  // A hint (stale at once): whether some thread holds it now.
+  bool is_locked() const noexcept {
+    return owner_busy_.load(std::memory_order_relaxed) != 0 || inner_.is_locked();
+  }
+  static constexpr std::uint32_t kAutoBiasAfter = 256;
+
+  // A number no other live thread has: the thread pointer (glibc's thread control block), read
+  // without a call or a TLS lookup (a dlopen'ed library would pay __tls_get_addr).
+  static std::uintptr_t this_thread_token() noexcept {
+#if defined(__x86_64__)
+    std::uintptr_t self;
+    asm("mov %%fs:0, %0" : "=r"(self));
+    return self;
+#elif defined(__aarch64__)
+    std::uintptr_t self;
+    asm("mrs %0, tpidr_el0" : "=r"(self));
+    return self;
+#else
+    return this_thread_token_slow();
+#endif
+  }
+
   // For tests and benchmarks; read with lock() held.
   bool biased() const noexcept { return state_.load(std::memory_order_relaxed) == kBiased; }
   std::uint64_t revocations() const noexcept { return revocations_; }
@@ -123,8 +158,9 @@ class BiasedMutex {
   static void owner_side_barrier() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
 #endif
 
-  static std::uintptr_t this_thread_token() noexcept;
+  static std::uintptr_t this_thread_token_slow() noexcept;
   bool revoke_deferring_barrier() noexcept;
+  void note_run() noexcept;
   void lock_as_owner_slow() noexcept;
   void end_revocation() noexcept;
 
@@ -134,7 +170,11 @@ class BiasedMutex {
   bool owner_holds_inner_ = false;  // the owner's current hold went through inner_
   // Written under inner_ only; the owner reads state_ without it.
   std::atomic<int> state_{kUnbiased};
-  std::uintptr_t owner_ = 0;           // this_thread_token() of the owner, 0 if none
+  // this_thread_token() of the owner, 0 if none; read without inner_ by owned_by_this_thread()
+  // (only the owner itself can find its own token there).
+  std::atomic<std::uintptr_t> owner_{0};
+  std::uintptr_t run_thread_ = 0;  // the thread of the latest lock_counting_runs, and its run
+  std::uint32_t run_ = 0;
   bool revoked_by_holder_ = false;     // the holder of inner_ revoked the bias
   bool needs_wait_ = false;            // lock_deferring_barrier revoked; finish_lock waits
   std::uint64_t fast_locks_at_revocation_ = 0;
@@ -143,6 +183,35 @@ class BiasedMutex {
   bool stay_unbiased_ = false;  // end_revocation leaves it unbiased
   bool adaptive_ = true;
   SpinMutex inner_;
+};
+
+// A BiasedMutex that biases itself to the first thread that takes it kAutoBiasAfter times in a
+// row, for locks that one thread takes nearly always in a single-threaded program (the
+// allocator's, the ledger's). The owner never changes afterwards (a new owner could not know
+// that the old one is not entering its fast path); a program whose threads take turns revokes
+// it, and it stays unbiased while they do (BiasedMutex's adaptivity). Lockable.
+class AutoBiasedMutex {
+ public:
+  AutoBiasedMutex() = default;
+  explicit AutoBiasedMutex(bool adaptive) noexcept : mutex_(adaptive) {}  // tests
+
+  void lock() noexcept {
+    if (mutex_.owned_by_this_thread()) [[likely]] return mutex_.lock_as_owner();
+    mutex_.lock_counting_runs();
+  }
+  bool try_lock() noexcept {
+    if (mutex_.owned_by_this_thread()) return mutex_.try_lock_as_owner();
+    return mutex_.try_lock_counting_runs();
+  }
+  void unlock() noexcept {
+    if (mutex_.owned_by_this_thread()) [[likely]] return mutex_.unlock_as_owner();
+    mutex_.unlock();
+  }
+  bool is_locked() const noexcept { return mutex_.is_locked(); }
+  BiasedMutex& biased() noexcept { return mutex_; }  // tests
+
+ private:
+  BiasedMutex mutex_;
 };
 
 // The owner's hold, released at the end of scope (std::lock_guard's, for the owner).

@@ -89,19 +89,23 @@ inline DevicePtr CachingAllocator::Impl::allocate_from_heaps(std::size_t bytes, 
   return block->address;
 }
 
-// The block size a request gets; throws for 0 and impossible sizes.
+// The block size a request gets; throws for 0 and impossible sizes. The throws are out of line:
+// their messages' strings gave this function a frame of its own, a call and ~30 instructions on
+// every allocation (callgrind, front-cache pair).
 inline std::size_t CachingAllocator::Impl::request_size(std::size_t bytes,
                                                         std::size_t block_bytes) const {
+  if (bytes == 0 || bytes > kMaxRequestBytes) [[unlikely]] refuse_request(bytes);
+  return round_up(block_bytes > bytes && block_bytes <= kMaxRequestBytes ? block_bytes : bytes,
+                  options_.round_bytes);
+}
+
+void CachingAllocator::Impl::refuse_request(std::size_t bytes) {
   if (bytes == 0) {
     throw Error(ErrorCode::kInvalidArgument, "cannot allocate 0 bytes");
   }
-  if (bytes > kMaxRequestBytes) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "request of " + format_bytes_exact(bytes) + " exceeds the largest supported size " +
-                    format_bytes_exact(kMaxRequestBytes));
-  }
-  return round_up(block_bytes > bytes && block_bytes <= kMaxRequestBytes ? block_bytes : bytes,
-                  options_.round_bytes);
+  throw Error(ErrorCode::kInvalidArgument,
+              "request of " + format_bytes_exact(bytes) + " exceeds the largest supported size " +
+                  format_bytes_exact(kMaxRequestBytes));
 }
 
 // A block from the heaps, handed out and announced; once more after releasing the cache.

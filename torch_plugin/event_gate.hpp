@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "allocator/allocator_events.hpp"
-#include "allocator/spin_mutex.hpp"
+#include "allocator/biased_mutex.hpp"
 #include "torch_plugin/private_pool_stats.hpp"
 #include "torch_plugin/torch_history.hpp"
 
@@ -34,22 +34,22 @@ class EventGate {
   EventGate(AllocatorObserver& ledger, TorchHistory& history) : ledger_(ledger), history_(history) {}
 
   void on_event(const AllocatorEvent& event, c10::MempoolId_t pool_id) noexcept {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<AutoBiasedMutex> lock(mutex_);
     ledger_.on_event(event);
     private_pools_.on_event(event, pool_id);
     history_.on_event(event, pool_id);
   }
   std::string describe() const {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<AutoBiasedMutex> lock(mutex_);
     return ledger_.describe();
   }
   // Held while reading or resetting the ledger.
-  std::unique_lock<SpinMutex> lock() const { return std::unique_lock<SpinMutex>(mutex_); }
+  std::unique_lock<AutoBiasedMutex> lock() const { return std::unique_lock<AutoBiasedMutex>(mutex_); }
 
   // The default pool's side (see the top of this file).
   bool history_active() const noexcept { return history_.active(); }
   bool accept_concurrent_events() noexcept {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<AutoBiasedMutex> lock(mutex_);
     return ledger_.accept_concurrent_events();
   }
   // A ledger shard wrapped so that its slow path goes through the gate; null when the ledger
@@ -59,7 +59,7 @@ class EventGate {
   // A shard's event past its credit, or while history is recorded: the ledger's slow path and
   // the history, in the gate's order.
   void on_shard_event(ObserverShard& ledger_shard, const AllocatorEvent& event) noexcept {
-    std::lock_guard<SpinMutex> lock(mutex_);
+    std::lock_guard<AutoBiasedMutex> lock(mutex_);
     ledger_shard.apply_slow(event);
     history_.on_event(event, {0, 0});
   }
@@ -68,7 +68,7 @@ class EventGate {
   const PrivatePoolStats& private_pools_locked() const { return private_pools_; }
 
  private:
-  mutable SpinMutex mutex_;
+  mutable AutoBiasedMutex mutex_;  // biased to the thread that takes it most (biased_mutex.hpp)
   AllocatorObserver& ledger_;
   TorchHistory& history_;
   PrivatePoolStats private_pools_;
@@ -98,7 +98,7 @@ class GateShard final : public ObserverShard {
 };
 
 inline ObserverShard* EventGate::open_shard(bool for_stream) {
-  std::lock_guard<SpinMutex> lock(mutex_);
+  std::lock_guard<AutoBiasedMutex> lock(mutex_);
   ObserverShard* ledger_shard =
       for_stream ? ledger_.open_stream_shard() : ledger_.open_shard();
   if (ledger_shard == nullptr) return nullptr;
@@ -106,7 +106,7 @@ inline ObserverShard* EventGate::open_shard(bool for_stream) {
 }
 
 inline void EventGate::close_shard(ObserverShard* shard) noexcept {
-  std::lock_guard<SpinMutex> lock(mutex_);
+  std::lock_guard<AutoBiasedMutex> lock(mutex_);
   const auto found = std::find_if(shards_.begin(), shards_.end(),
                                   [&](const auto& owned) { return owned.get() == shard; });
   if (found == shards_.end()) return;

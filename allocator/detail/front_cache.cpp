@@ -105,6 +105,11 @@ inline ThreadCache* CachingAllocator::Impl::front_cache_of_thread() {
   for (std::size_t i = 0; i < t_front_lookup.ids.size(); ++i) {
     if (t_front_lookup.ids[i] == front_id_) [[likely]] return t_front_lookup.caches[i];
   }
+  return make_front_cache_of_thread();
+}
+
+// Out of the hot path: the thread's cache is not in the lookup array yet (or any more).
+ThreadCache* CachingAllocator::Impl::make_front_cache_of_thread() {
   ThreadCache* found = front_cache_if_any();
   if (found == nullptr) {
     FrontLifetime& lifetime = front_lifetime();

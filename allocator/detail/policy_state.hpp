@@ -396,9 +396,9 @@ class CachingAllocator::Impl {
 
   // ---------------------------------------------------------------- state
 
-  // The allocator's lock: a global SpinMutex (std::mutex collapsed under 4+ threads), then the
-  // published streams' locks (stream_locks.hpp). Taken whole by every operation but the
-  // per-stream fast path, which takes one stream's lock.
+  // The allocator's lock: a global lock (an AutoBiasedMutex over a SpinMutex; std::mutex
+  // collapsed under 4+ threads), then the published streams' locks (stream_locks.hpp). Taken
+  // whole by every operation but the per-stream fast path, which takes one stream's lock.
   mutable StreamLocks mutex_;
   // Whether own-stream operations may run under their stream's lock: possible without front
   // caches; started (stream_path_) once a second stream is used, if the observer accepts
@@ -482,11 +482,13 @@ class CachingAllocator::Impl {
   static std::uint64_t next_front_id();
   static void retire_front_cache_of(void* impl, const std::shared_ptr<ThreadCache>& cache);
   ThreadCache* front_cache_of_thread();
+  [[gnu::noinline]] ThreadCache* make_front_cache_of_thread();
   ThreadCache* front_cache_if_any() const;
   void adopt_front_block(ThreadCache& cache, Block* block, std::size_t bytes, StreamHandle stream);
   Block* allocate_block_locked(std::size_t bytes, std::size_t size, PoolKind pool,
                                StreamHandle stream, TagId tag);
   std::size_t request_size(std::size_t bytes, std::size_t block_bytes) const;
+  [[noreturn, gnu::cold, gnu::noinline]] static void refuse_request(std::size_t bytes);
   PoolKind pool_for(std::size_t size) const {
     return size <= options_.small_size_limit ? PoolKind::kSmall : PoolKind::kLarge;
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "allocator/detail/stream_heaps.hpp"
+#include "allocator/biased_mutex.hpp"
 #include "allocator/spin_mutex.hpp"
 
 namespace vramledger {
@@ -117,7 +118,9 @@ class StreamLocks {
     std::atomic<StreamHandle> stream{0};
     std::atomic<StreamHeaps*> heaps{nullptr};
   };
-  SpinMutex global_;
+  // Biased to the thread that takes it most (allocator/biased_mutex.hpp): a single-threaded
+  // program's every operation then takes it with plain stores.
+  AutoBiasedMutex global_;
   std::atomic<std::size_t> used_{0};
   std::array<Slot, kSlots> slots_{};
 };

@@ -141,5 +141,67 @@ TEST(BiasedMutexTest, AnUnbiasedMutexIsAPlainOne) {
   EXPECT_EQ(guarded.second, 80'000u);
 }
 
+// AutoBiasedMutex: the thread that takes it kAutoBiasAfter times in a row owns it; another
+// thread's lock then revokes, and exclusion holds throughout (not adaptive: every lock of the
+// others revokes).
+TEST(BiasedMutexTest, AutoBiasedMutexBiasesToTheThreadThatTakesItMost) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  AutoBiasedMutex mutex(/*adaptive=*/false);
+  std::uint64_t first = 0, second = 0;
+  std::atomic<int> torn{0};
+  std::atomic<bool> owned{false}, other_done{false};
+  std::uint64_t owner_locks = 0;
+  constexpr std::uint64_t kOtherLocks = 3'000;
+  std::thread owner([&] {  // locks until the other thread is done
+    while (!other_done.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(mutex);
+      if (first != second) torn.fetch_add(1);
+      ++first;
+      ++second;
+      if (++owner_locks == BiasedMutex::kAutoBiasAfter + 1) {
+        owned.store(mutex.biased().owned_by_this_thread());
+      }
+    }
+  });
+  std::thread other([&] {
+    while (!owned.load()) std::this_thread::yield();
+    for (std::uint64_t i = 0; i < kOtherLocks; ++i) {
+      std::lock_guard lock(mutex);
+      if (first != second) torn.fetch_add(1);
+      ++first;
+      ++second;
+      EXPECT_FALSE(mutex.biased().owned_by_this_thread());
+    }
+    other_done.store(true);
+  });
+  owner.join();
+  other.join();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(first, owner_locks + kOtherLocks);
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(mutex.biased().revocations(), kOtherLocks + 1);  // the others' and this one
+}
+
+TEST(BiasedMutexTest, AutoBiasedTryLockFailsWhileAnotherThreadHoldsIt) {
+  AutoBiasedMutex mutex;
+  for (std::uint32_t i = 0; i <= BiasedMutex::kAutoBiasAfter; ++i) std::lock_guard lock(mutex);
+  EXPECT_EQ(mutex.biased().owned_by_this_thread(), BiasedMutex::biasing_available());
+  std::atomic<int> phase{0};
+  std::thread other([&] {
+    mutex.lock();  // revokes the bias if any
+    phase.store(1);
+    while (phase.load() != 2) std::this_thread::yield();
+    mutex.unlock();
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  EXPECT_TRUE(mutex.is_locked());
+  EXPECT_FALSE(mutex.try_lock());
+  phase.store(2);
+  other.join();
+  EXPECT_TRUE(mutex.try_lock());
+  mutex.unlock();
+}
+
 }  // namespace
 }  // namespace vramledger
