@@ -193,8 +193,18 @@ class EventTrace {
     static_assert(sizeof(TraceRecord) % sizeof(long long) == 0 && alignof(TraceRecord) >= 8);
     auto* out = reinterpret_cast<long long*>(to);
     const auto* in = reinterpret_cast<const long long*>(from);
-    const std::size_t words = count * (sizeof(TraceRecord) / sizeof(long long));
-    for (std::size_t i = 0; i < words; ++i) _mm_stream_si64(out + i, in[i]);
+    std::size_t words = count * (sizeof(TraceRecord) / sizeof(long long));
+    // 16 bytes per store where the ring is 16-byte aligned (every other record): a word at a
+    // time, the copy took ~42 instructions per record, a seventh of a front-cache pair.
+    if ((reinterpret_cast<std::uintptr_t>(out) & 15) != 0 && words > 0) {
+      _mm_stream_si64(out++, *in++);
+      --words;
+    }
+    for (; words >= 2; words -= 2, out += 2, in += 2) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+    }
+    if (words > 0) _mm_stream_si64(out, *in);
     _mm_sfence();
 #else
     std::memcpy(to, from, count * sizeof(TraceRecord));

@@ -85,6 +85,11 @@ class alignas(64) LedgerShard final : public ObserverShard {
  private:
   friend class Ledger;
 
+  [[gnu::noinline]] bool try_apply_for_stream(const AllocatorEvent& event) noexcept;
+  void stage_record(const AllocatorEvent& event, std::uint32_t kind, std::uint32_t pool,
+                    std::int64_t size, std::int64_t requested, std::int64_t split_count,
+                    std::int64_t split_bytes) noexcept;
+
   std::size_t share_of(StreamHandle stream) const noexcept {
     for (std::size_t i = 0; i < streams_used_; ++i) {
       if (streams_[i].stream == stream) return i;

@@ -15,88 +15,126 @@ using namespace ledger_slots;
 
 // ------------------------------------------------------------------ the shard's fast path
 
-bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
-  // Field by field on purpose: the caller has just written the event field by field, and a load
-  // wider than the store it reads from (a 16-byte load of size and requested, a 2-byte load of
-  // kind and pool: what the compiler merged them into) cannot be forwarded from the stores: it
-  // waited for them to retire, a third of this function's time (perf annotate). The empty asm
-  // statements keep each field its own load.
+namespace {
+
+// The fields of an event the shard's fast path reads. Field by field on purpose: the caller has
+// just written the event field by field, and a load wider than the store it reads from (a
+// 16-byte load of size and requested, a 2-byte load of kind and pool: what the compiler merged
+// them into) cannot be forwarded from the stores: it waited for them to retire, a third of
+// try_apply's time (perf annotate). The empty asm statements keep each field its own load.
+struct FastFields {
+  std::uint32_t kind;
+  std::uint32_t pool;
+  std::int64_t size;
+  std::int64_t requested;
+  std::int64_t split_count;
+  std::int64_t split_bytes;
+};
+
+[[gnu::always_inline]] inline FastFields read_fast_fields(const AllocatorEvent& event) noexcept {
   auto kind = static_cast<std::uint32_t>(event.kind);
   auto pool = static_cast<std::uint32_t>(event.pool);
   asm("" : "+r"(kind), "+r"(pool));
   auto size = static_cast<std::int64_t>(event.size);
   auto requested = static_cast<std::int64_t>(event.requested);
   asm("" : "+r"(size), "+r"(requested));
-  const std::int64_t split_count = event.inactive_split_delta;
-  const std::int64_t split_bytes = event.inactive_split_bytes_delta;
+  return FastFields{kind, pool, size, requested, event.inactive_split_delta,
+                    event.inactive_split_bytes_delta};
+}
+
+}  // namespace
+
+// A front cache's shard (the common case, kept lean: the stream shards' path is out of line, so
+// this one needs no stack frame for it).
+bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
+  if (for_stream_) return try_apply_for_stream(event);
+  const FastFields f = read_fast_fields(event);
   if (staged_count_ == kStaged || event.tag != kUntagged) [[unlikely]] return false;
+  if ((f.split_count | f.split_bytes) != 0) return false;  // a front shard holds no split credit
   const std::size_t share = share_of(event.stream);
   if (share == kStreams) [[unlikely]] return false;
-  Cell& cell = cells_[pool & 1][share];
-  const bool splits = (split_count | split_bytes) != 0;
-  if (for_stream_) {
-    // Split changes move in either direction; a raise needs credit and a decrease becomes
-    // credit, in the pool's cell and in the common one alike (LedgerShard::cells_).
-    const bool alloc = kind == static_cast<std::uint32_t>(EventKind::kAlloc);
-    if (!alloc && kind != static_cast<std::uint32_t>(EventKind::kFree)) return false;
-    const std::int64_t sign = alloc ? 1 : -1;
-    const std::array<std::int64_t, kAmountKinds> amounts = {sign, sign * size, sign * requested,
-                                                            split_count, split_bytes};
-    Cell& common = cells_[kCommon][share];
-    Cell& own = cells_[kOwnStream][share];
-    for (std::size_t k = 0; k < kAmountKinds; ++k) {
-      if (amounts[k] <= 0) continue;
-      // Short of the own stream's credit: its spare (another lane of the stream gave it).
-      if (k < kSplitCount && own[k].credit < amounts[k] &&
-          !ledger_.take_stream_spare_credit(streams_[share].entry, k, amounts[k],
-                                            own[k].credit)) {
-        return false;  // nothing changed
-      }
-      // Short of shared credit: the ledger's spare, if it has enough (moved, not counted: the
-      // event may still go to the slow path, and the credit is as good there).
-      if (cell[k].credit < amounts[k] &&
-          !ledger_.take_spare_credit(pool & 1, k, amounts[k], cell[k].credit)) {
-        return false;
-      }
-      if (common[k].credit < amounts[k] &&
-          !ledger_.take_spare_credit(kCommon, k, amounts[k], common[k].credit)) {
-        return false;
-      }
-    }
-    for (Cell* moved : {&cell, &common, &own}) {
-      const std::size_t kinds = moved == &own ? kSplitCount : kAmountKinds;
-      for (std::size_t k = 0; k < kinds; ++k) {
-        (*moved)[k].credit -= amounts[k];
-        (*moved)[k].delta += amounts[k];
-        (*moved)[k].increases += std::max<std::int64_t>(amounts[k], 0);
-      }
-    }
-  } else if (splits) {
-    return false;  // a front shard holds no split credit
-  } else if (kind == static_cast<std::uint32_t>(EventKind::kAlloc)) {
-    if (cell[0].credit < 1 || cell[1].credit < size || cell[2].credit < requested) {
+  Cell& cell = cells_[f.pool & 1][share];
+  if (f.kind == static_cast<std::uint32_t>(EventKind::kAlloc)) {
+    if (cell[0].credit < 1 || cell[1].credit < f.size || cell[2].credit < f.requested) {
       return false;  // nothing changed
     }
     cell[0].credit -= 1;
     cell[0].delta += 1;
     cell[0].increases += 1;
-    cell[1].credit -= size;
-    cell[1].delta += size;
-    cell[1].increases += size;
-    cell[2].credit -= requested;
-    cell[2].delta += requested;
-    cell[2].increases += requested;
-  } else if (kind == static_cast<std::uint32_t>(EventKind::kFree)) {
+    cell[1].credit -= f.size;
+    cell[1].delta += f.size;
+    cell[1].increases += f.size;
+    cell[2].credit -= f.requested;
+    cell[2].delta += f.requested;
+    cell[2].increases += f.requested;
+  } else if (f.kind == static_cast<std::uint32_t>(EventKind::kFree)) {
     // A decrease is always allowed, and becomes credit: the sums went down by as much.
     cell[0].credit += 1;
     cell[0].delta -= 1;
-    cell[1].credit += size;
-    cell[1].delta -= size;
-    cell[2].credit += requested;
-    cell[2].delta -= requested;
+    cell[1].credit += f.size;
+    cell[1].delta -= f.size;
+    cell[2].credit += f.requested;
+    cell[2].delta -= f.requested;
   } else {
     return false;
   }
+  stage_record(event, f.kind, f.pool, f.size, f.requested, 0, 0);
+  return true;
+}
+
+// A stream shard (Ledger::open_stream_shard): split changes too, and credit it may take from the
+// ledger's spares.
+bool LedgerShard::try_apply_for_stream(const AllocatorEvent& event) noexcept {
+  const FastFields f = read_fast_fields(event);
+  if (staged_count_ == kStaged || event.tag != kUntagged) [[unlikely]] return false;
+  const std::size_t share = share_of(event.stream);
+  if (share == kStreams) [[unlikely]] return false;
+  const std::uint32_t pool = f.pool;
+  Cell& cell = cells_[pool & 1][share];
+  // Split changes move in either direction; a raise needs credit and a decrease becomes
+  // credit, in the pool's cell and in the common one alike (LedgerShard::cells_).
+  const bool alloc = f.kind == static_cast<std::uint32_t>(EventKind::kAlloc);
+  if (!alloc && f.kind != static_cast<std::uint32_t>(EventKind::kFree)) return false;
+  const std::int64_t sign = alloc ? 1 : -1;
+  const std::array<std::int64_t, kAmountKinds> amounts = {sign, sign * f.size, sign * f.requested,
+                                                          f.split_count, f.split_bytes};
+  Cell& common = cells_[kCommon][share];
+  Cell& own = cells_[kOwnStream][share];
+  for (std::size_t k = 0; k < kAmountKinds; ++k) {
+    if (amounts[k] <= 0) continue;
+    // Short of the own stream's credit: its spare (another lane of the stream gave it).
+    if (k < kSplitCount && own[k].credit < amounts[k] &&
+        !ledger_.take_stream_spare_credit(streams_[share].entry, k, amounts[k], own[k].credit)) {
+      return false;  // nothing changed
+    }
+    // Short of shared credit: the ledger's spare, if it has enough (moved, not counted: the
+    // event may still go to the slow path, and the credit is as good there).
+    if (cell[k].credit < amounts[k] &&
+        !ledger_.take_spare_credit(pool & 1, k, amounts[k], cell[k].credit)) {
+      return false;
+    }
+    if (common[k].credit < amounts[k] &&
+        !ledger_.take_spare_credit(kCommon, k, amounts[k], common[k].credit)) {
+      return false;
+    }
+  }
+  for (Cell* moved : {&cell, &common, &own}) {
+    const std::size_t kinds = moved == &own ? kSplitCount : kAmountKinds;
+    for (std::size_t k = 0; k < kinds; ++k) {
+      (*moved)[k].credit -= amounts[k];
+      (*moved)[k].delta += amounts[k];
+      (*moved)[k].increases += std::max<std::int64_t>(amounts[k], 0);
+    }
+  }
+  stage_record(event, f.kind, pool, f.size, f.requested, f.split_count, f.split_bytes);
+  return true;
+}
+
+// The event, counted, waits in the staged records for the next fold.
+inline void LedgerShard::stage_record(const AllocatorEvent& event, std::uint32_t kind,
+                                      std::uint32_t pool, std::int64_t size,
+                                      std::int64_t requested, std::int64_t split_count,
+                                      std::int64_t split_bytes) noexcept {
   TraceRecord& record = staged_[staged_count_++];
   record.time_ticks = read_clock(ledger_.options_.clock);
   record.address = event.address;
@@ -108,8 +146,7 @@ bool LedgerShard::try_apply(const AllocatorEvent& event) noexcept {
   record.tag = kUntagged;
   record.inactive_split_delta = static_cast<std::int32_t>(split_count);
   record.inactive_split_bytes_delta = split_bytes;
-  staged_with_splits_ += splits ? 1 : 0;
-  return true;
+  staged_with_splits_ += (split_count | split_bytes) != 0 ? 1 : 0;
 }
 
 void LedgerShard::apply_slow(const AllocatorEvent& event) noexcept {
