@@ -67,7 +67,8 @@ bool BiasedMutex::revoke_deferring_barrier() noexcept {
   // The owner is not inside: it is here.
   if (owner_.load(std::memory_order_relaxed) == this_thread_token()) return false;
   if (state_.load(std::memory_order_relaxed) != kBiased) {
-    owner_locks_unbiased_ = 0;  // another thread wanted it: the owner does not rebias yet
+    // Another thread wanted it: the owner does not rebias yet.
+    if (owner_locks_unbiased_ != 0) owner_locks_unbiased_ = 0;
     return false;
   }
   // Sequentially consistent: ordered before the barrier and the load of owner_busy_ after it.
@@ -91,7 +92,7 @@ void BiasedMutex::finish_lock() noexcept {
     }
   }
   ++revocations_;
-  const std::uint64_t fast_locks = fast_locks_.load(std::memory_order_relaxed);
+  const std::uint32_t fast_locks = fast_locks_.load(std::memory_order_relaxed);
   stay_unbiased_ = adaptive_ && fast_locks - fast_locks_at_revocation_ < kFastLocksPerRevocation;
   fast_locks_at_revocation_ = fast_locks;
 }
@@ -152,13 +153,16 @@ bool BiasedMutex::try_lock_counting_runs() noexcept {
 }
 
 bool BiasedMutex::try_lock_as_owner() noexcept {
-  owner_busy_.store(1, kOwnerStoreOrder);
-  owner_side_barrier();
-  if (state_.load(kOwnerLoadOrder) == kBiased) {
-    fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    return true;
+  if (state_.load(std::memory_order_relaxed) == kBiased) {
+    owner_busy_.store(1, kOwnerStoreOrder);
+    owner_side_barrier();
+    if (state_.load(kOwnerLoadOrder) == kBiased) {
+      fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+      return true;
+    }
+    owner_busy_.store(0, std::memory_order_release);
   }
-  owner_busy_.store(0, std::memory_order_release);
   if (!inner_.try_lock()) return false;
   owner_holds_inner_ = true;
   return true;

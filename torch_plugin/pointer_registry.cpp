@@ -13,13 +13,13 @@ PointerRegistry::Shard& PointerRegistry::shard_of(void* ptr) const {
 
 void PointerRegistry::insert(void* ptr, const LiveAllocation& allocation) {
   Shard& shard = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(shard.mutex);
+  std::lock_guard lock(shard.mutex);
   shard.entries[ptr] = allocation;
 }
 
 std::optional<LiveAllocation> PointerRegistry::take(void* ptr) {
   Shard& shard = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(shard.mutex);
+  std::lock_guard lock(shard.mutex);
   auto it = shard.entries.find(ptr);
   if (it == shard.entries.end()) return std::nullopt;
   LiveAllocation allocation = it->second;
@@ -29,7 +29,7 @@ std::optional<LiveAllocation> PointerRegistry::take(void* ptr) {
 
 std::optional<LiveAllocation> PointerRegistry::find(void* ptr) const {
   Shard& shard = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(shard.mutex);
+  std::lock_guard lock(shard.mutex);
   auto it = shard.entries.find(ptr);
   if (it == shard.entries.end()) return std::nullopt;
   return it->second;
@@ -37,7 +37,7 @@ std::optional<LiveAllocation> PointerRegistry::find(void* ptr) const {
 
 bool PointerRegistry::mark_used_on_other_streams(void* ptr) {
   Shard& shard = shard_of(ptr);
-  std::lock_guard<std::mutex> lock(shard.mutex);
+  std::lock_guard lock(shard.mutex);
   auto it = shard.entries.find(ptr);
   if (it == shard.entries.end()) return false;
   it->second.used_on_other_streams = true;
