@@ -5,6 +5,9 @@
 // checks the membarrier protocol itself (a broken one shows as a torn pair or a lost count).
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -201,6 +204,30 @@ TEST(BiasedMutexTest, AutoBiasedTryLockFailsWhileAnotherThreadHoldsIt) {
   other.join();
   EXPECT_TRUE(mutex.try_lock());
   mutex.unlock();
+}
+
+// A child forked from a process whose lock is biased to another (now gone) thread takes it:
+// membarrier's registration carries over fork (Linux), so the revocation works there, and the
+// owner, absent from the child, is not inside. The child exits 0 only when the lock was taken.
+TEST(BiasedMutexTest, AForkedChildTakesALockBiasedToAThreadOfItsParent) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  AutoBiasedMutex mutex;
+  std::thread owner([&] {
+    for (std::uint32_t i = 0; i <= BiasedMutex::kAutoBiasAfter; ++i) std::lock_guard lock(mutex);
+  });
+  owner.join();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    mutex.lock();
+    const bool revoked = mutex.biased().revocations() == 1;
+    mutex.unlock();
+    _exit(revoked ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
