@@ -144,7 +144,7 @@ void BiasedMutex::note_run() noexcept {
 
 bool BiasedMutex::try_lock_counting_runs() noexcept {
   if (!inner_.try_lock()) return false;
-  if (revoke_deferring_barrier()) {
+  if (revoke_if_owned()) {
     process_wide_barrier();
     finish_lock();  // the owner's sections are a few instructions long: a short wait
   }
@@ -153,16 +153,7 @@ bool BiasedMutex::try_lock_counting_runs() noexcept {
 }
 
 bool BiasedMutex::try_lock_as_owner() noexcept {
-  if (state_.load(std::memory_order_relaxed) == kBiased) {
-    owner_busy_.store(1, kOwnerStoreOrder);
-    owner_side_barrier();
-    if (state_.load(kOwnerLoadOrder) == kBiased) {
-      fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1,
-                        std::memory_order_relaxed);
-      return true;
-    }
-    owner_busy_.store(0, std::memory_order_release);
-  }
+  if (lock_as_owner_without_inner()) return true;
   if (!inner_.try_lock()) return false;
   owner_holds_inner_ = true;
   return true;

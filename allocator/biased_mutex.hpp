@@ -1,6 +1,6 @@
 // A mutex biased towards one thread, its owner: the owner takes and releases it with plain
 // loads and stores, no atomic read-modify-write; any other thread pays for both sides
-// (docs/design.md, 5.2 "Biased locks").
+// (docs/design.md, 5.1 "A lock biased to its thread").
 //
 // Why: a front cache's warm allocate+free pair takes its thread's lock twice, and the four
 // atomic instructions (lock cmpxchg, xchg) were a quarter of the pair (simulated device, 2-core
@@ -64,26 +64,14 @@ class alignas(64) BiasedMutex {
   // if any returned true, then finish_lock() on each that did.
   bool lock_deferring_barrier() noexcept {
     inner_.lock();
-    if (owner_.load(std::memory_order_relaxed) == 0) [[likely]] return false;  // never biased
-    return revoke_deferring_barrier();
+    return revoke_if_owned();
   }
   void finish_lock() noexcept;
   static void process_wide_barrier() noexcept;
 
   // ---- the owner thread only (bias_to_this_thread)
   [[gnu::always_inline]] void lock_as_owner() noexcept {
-    // Unbiased, the owner goes straight to inner_ without writing owner_busy_ (a write to a line
-    // another thread may be taking turns on).
-    if (state_.load(std::memory_order_relaxed) == kBiased) [[likely]] {
-      owner_busy_.store(1, kOwnerStoreOrder);
-      owner_side_barrier();
-      if (state_.load(kOwnerLoadOrder) == kBiased) [[likely]] {
-        fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1,
-                          std::memory_order_relaxed);
-        return;
-      }
-      owner_busy_.store(0, std::memory_order_release);
-    }
+    if (lock_as_owner_without_inner()) [[likely]] return;
     lock_as_owner_slow();
   }
   [[gnu::always_inline]] void unlock_as_owner() noexcept {
@@ -162,6 +150,27 @@ class alignas(64) BiasedMutex {
   static void owner_side_barrier() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
 #endif
 
+  // The owner's plain-store path: true when it holds the mutex without inner_. Unbiased, the
+  // owner goes straight to inner_ without writing owner_busy_ (a write to a line another thread
+  // may be taking turns on).
+  [[gnu::always_inline]] bool lock_as_owner_without_inner() noexcept {
+    if (state_.load(std::memory_order_relaxed) != kBiased) return false;
+    owner_busy_.store(1, kOwnerStoreOrder);
+    owner_side_barrier();
+    if (state_.load(kOwnerLoadOrder) == kBiased) [[likely]] {
+      fast_locks_.store(fast_locks_.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+      return true;
+    }
+    owner_busy_.store(0, std::memory_order_release);
+    return false;
+  }
+  // Holding inner_: whether an owner's bias must be revoked first (a process-wide barrier, then
+  // finish_lock); marks the revocation if so.
+  bool revoke_if_owned() noexcept {
+    if (owner_.load(std::memory_order_relaxed) == 0) [[likely]] return false;  // never biased
+    return revoke_deferring_barrier();
+  }
   static std::uintptr_t this_thread_token_slow() noexcept;
   bool revoke_deferring_barrier() noexcept;
   void note_run() noexcept;

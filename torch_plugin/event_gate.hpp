@@ -44,7 +44,9 @@ class EventGate {
     return ledger_.describe();
   }
   // Held while reading or resetting the ledger.
-  std::unique_lock<AutoBiasedMutex> lock() const { return std::unique_lock<AutoBiasedMutex>(mutex_); }
+  std::unique_lock<AutoBiasedMutex> lock() const {
+    return std::unique_lock<AutoBiasedMutex>(mutex_);
+  }
 
   // The default pool's side (see the top of this file).
   bool history_active() const noexcept { return history_.active(); }

@@ -14,9 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "allocator/detail/stream_heaps.hpp"
 #include "allocator/biased_mutex.hpp"
-#include "allocator/spin_mutex.hpp"
+#include "allocator/detail/stream_heaps.hpp"
 
 namespace vramledger {
 

@@ -20,10 +20,10 @@
 #include <memory>
 
 #include "allocator/allocator_events.hpp"
+#include "allocator/biased_mutex.hpp"
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/block_address_map.hpp"
 #include "allocator/detail/object_pool.hpp"
-#include "allocator/biased_mutex.hpp"
 
 namespace vramledger {
 
