@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "accounting/consistency.hpp"
@@ -42,6 +43,12 @@ LedgerOptions GatedLedger::ledger_options() {
   const char* capacity = std::getenv("VRAMLEDGER_BENCH_TRACE_CAPACITY");
   if (capacity != nullptr && *capacity != '\0') {
     options.trace_capacity = std::strtoull(capacity, nullptr, 10);
+  }
+  // What the timestamps cost: "none" leaves them out, "cycle" reads the cycle counter.
+  const char* clock = std::getenv("VRAMLEDGER_BENCH_CLOCK");
+  if (clock != nullptr && std::string_view(clock) == "none") options.clock = ClockSource::kNone;
+  if (clock != nullptr && std::string_view(clock) == "cycle") {
+    options.clock = ClockSource::kCycleCounter;
   }
   return options;
 }
