@@ -91,10 +91,17 @@ void BiasedMutex::finish_lock() noexcept {
       std::this_thread::yield();  // the owner was preempted inside
     }
   }
+  note_revocation();
+}
+
+// Holding inner_: one more revocation; whether it leaves the mutex unbiased (revoked again
+// within kFastLocksPerRevocation owner locks).
+void BiasedMutex::note_revocation() noexcept {
   ++revocations_;
   const std::uint32_t fast_locks = fast_locks_.load(std::memory_order_relaxed);
   stay_unbiased_ = adaptive_ && fast_locks - fast_locks_at_revocation_ < kFastLocksPerRevocation;
   fast_locks_at_revocation_ = fast_locks;
+  if (stay_unbiased_) owner_locks_unbiased_ = 0;
 }
 
 void BiasedMutex::end_revocation() noexcept {
@@ -146,7 +153,18 @@ bool BiasedMutex::try_lock_counting_runs() noexcept {
   if (!inner_.try_lock()) return false;
   if (revoke_if_owned()) {
     process_wide_barrier();
-    finish_lock();  // the owner's sections are a few instructions long: a short wait
+    if (owner_busy_.load(std::memory_order_seq_cst) != 0) {
+      // The owner is inside (or was announcing itself when it saw the revocation, on its way to
+      // inner_): give up rather than wait. Waiting could deadlock: the owner may be waiting for
+      // a lock the caller holds. It counts as a revocation, for the adaptivity.
+      needs_wait_ = false;
+      revoked_by_holder_ = false;
+      note_revocation();
+      state_.store(stay_unbiased_ ? kUnbiased : kBiased, std::memory_order_release);
+      inner_.unlock();
+      return false;
+    }
+    finish_lock();  // the owner has left: no wait
   }
   if (owner_.load(std::memory_order_relaxed) == 0) note_run();
   return true;

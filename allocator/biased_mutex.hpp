@@ -102,9 +102,36 @@ class alignas(64) BiasedMutex {
     lock();
     if (owner_.load(std::memory_order_relaxed) == 0) [[unlikely]] note_run();
   }
+  // try_lock by a thread that does not own it. Never waits for the owner: a biased mutex whose
+  // owner is inside is not taken (false), so a thread may try_lock one while holding other
+  // locks the owner might be waiting for (a stream's fast path: another stream's heaps lock,
+  // taken while holding its own).
   bool try_lock_counting_runs() noexcept;
   // The owner's try_lock: false only while another thread holds it.
   bool try_lock_as_owner() noexcept;
+  // AutoBiasedMutex's behaviour on a BiasedMutex (a ledger shard's, ObserverShard::mutex()):
+  // the owner's path for its owner, else lock_counting_runs / try_lock_counting_runs.
+  void lock_auto() noexcept {
+    if (owned_by_this_thread()) [[likely]] return lock_as_owner();
+    lock_counting_runs();
+  }
+  bool try_lock_auto() noexcept {
+    if (owned_by_this_thread()) return try_lock_as_owner();
+    return try_lock_counting_runs();
+  }
+  void unlock_auto() noexcept {
+    if (owned_by_this_thread()) [[likely]] return unlock_as_owner();
+    unlock();
+  }
+  // lock_auto() in two steps, as lock_deferring_barrier() and finish_lock() (a thread taking
+  // many: the allocator's lock takes every stream's). Runs are not counted.
+  bool lock_auto_deferring_barrier() noexcept {
+    if (owned_by_this_thread()) {
+      lock_as_owner();
+      return false;
+    }
+    return lock_deferring_barrier();
+  }
   // A hint (stale at once): whether some thread holds it now.
   bool is_locked() const noexcept {
     return owner_busy_.load(std::memory_order_relaxed) != 0 || inner_.is_locked();
@@ -176,6 +203,7 @@ class alignas(64) BiasedMutex {
   void note_run() noexcept;
   void lock_as_owner_slow() noexcept;
   void end_revocation() noexcept;
+  void note_revocation() noexcept;
 
   // One cache line (the class is aligned to 64 bytes): a lock, biased or not, touches only it;
   // spread over two, a registry shard's lock passed between threads cost two line transfers
@@ -213,19 +241,13 @@ class AutoBiasedMutex {
   AutoBiasedMutex() = default;
   explicit AutoBiasedMutex(bool adaptive) noexcept : mutex_(adaptive) {}  // tests
 
-  void lock() noexcept {
-    if (mutex_.owned_by_this_thread()) [[likely]] return mutex_.lock_as_owner();
-    mutex_.lock_counting_runs();
-  }
-  bool try_lock() noexcept {
-    if (mutex_.owned_by_this_thread()) return mutex_.try_lock_as_owner();
-    return mutex_.try_lock_counting_runs();
-  }
-  void unlock() noexcept {
-    if (mutex_.owned_by_this_thread()) [[likely]] return mutex_.unlock_as_owner();
-    mutex_.unlock();
-  }
+  void lock() noexcept { mutex_.lock_auto(); }
+  bool try_lock() noexcept { return mutex_.try_lock_auto(); }  // never waits for the owner
+  void unlock() noexcept { mutex_.unlock_auto(); }
   bool is_locked() const noexcept { return mutex_.is_locked(); }
+  // lock() in two steps (BiasedMutex::lock_auto_deferring_barrier), for a thread taking many.
+  bool lock_deferring_barrier() noexcept { return mutex_.lock_auto_deferring_barrier(); }
+  void finish_lock() noexcept { mutex_.finish_lock(); }
   BiasedMutex& biased() noexcept { return mutex_; }  // tests
 
  private:

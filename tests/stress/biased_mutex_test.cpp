@@ -206,6 +206,86 @@ TEST(BiasedMutexTest, AutoBiasedTryLockFailsWhileAnotherThreadHoldsIt) {
   mutex.unlock();
 }
 
+// A try_lock never waits for a biased mutex's owner: two threads, each inside the mutex biased
+// to it, each try_lock the other's (a stream's fast path does this with another stream's lock
+// while holding its own). Waiting for the owner to leave, as lock() does, would deadlock here;
+// both must come back, false, and the owners' next locks must still work.
+TEST(BiasedMutexTest, TryLockGivesUpWhileTheOwnerIsInside) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  BiasedMutex first(/*adaptive=*/false);
+  BiasedMutex second(/*adaptive=*/false);
+  std::atomic<int> inside{0};
+  std::atomic<int> tried{0};
+  std::atomic<bool> got_other[2] = {false, false};
+  auto owner = [&](int me, BiasedMutex& own, BiasedMutex& other) {
+    bias_to_this_thread(own);
+    own.lock_as_owner();
+    inside.fetch_add(1);
+    while (inside.load() != 2) std::this_thread::yield();
+    // other_owner is inside `other` now, as this thread is inside `own`.
+    if (other.try_lock_counting_runs()) {
+      got_other[me] = true;
+      other.unlock();
+    }
+    tried.fetch_add(1);
+    while (tried.load() != 2) std::this_thread::yield();
+    own.unlock_as_owner();
+    for (int i = 0; i < 1000; ++i) OwnerLock lock(own);  // biased again, and usable
+  };
+  std::thread a(owner, 0, std::ref(first), std::ref(second));
+  std::thread b(owner, 1, std::ref(second), std::ref(first));
+  a.join();
+  b.join();
+  EXPECT_FALSE(got_other[0].load());
+  EXPECT_FALSE(got_other[1].load());
+  std::lock_guard lock_first(first);  // another thread's lock: revokes, then takes it
+  EXPECT_FALSE(first.biased());
+}
+
+// Exclusion holds with try_lock among the other threads: some take it with lock(), some with
+// try_lock (which gives up while the owner is inside), none loses an increment or sees a torn
+// pair.
+TEST(BiasedMutexTest, OwnerLockAndOthersTryLockExcludeEachOther) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  Guarded guarded(/*adaptive=*/false);
+  constexpr std::uint64_t kOwnerLocks = 200'000;
+  constexpr std::uint64_t kOtherLocks = 2'000;
+  std::atomic<bool> biased{false};
+  std::atomic<std::uint64_t> torn{0};
+  std::atomic<std::uint64_t> other_increments{0};
+  std::thread owner([&] {
+    bias_to_this_thread(guarded.mutex);
+    biased.store(true);
+    for (std::uint64_t i = 0; i < kOwnerLocks; ++i) {
+      OwnerLock lock(guarded.mutex);
+      if (guarded.first != guarded.second) torn.fetch_add(1);
+      ++guarded.first;
+      ++guarded.second;
+    }
+  });
+  while (!biased.load()) std::this_thread::yield();
+  std::thread other([&] {
+    for (std::uint64_t i = 0; i < kOtherLocks; ++i) {
+      if (i % 2 == 0) {
+        guarded.mutex.lock();
+      } else if (!guarded.mutex.try_lock_counting_runs()) {
+        continue;
+      }
+      if (guarded.first != guarded.second) torn.fetch_add(1);
+      ++guarded.first;
+      ++guarded.second;
+      other_increments.fetch_add(1);
+      guarded.mutex.unlock();
+    }
+  });
+  owner.join();
+  other.join();
+  EXPECT_EQ(torn.load(), 0u);
+  EXPECT_EQ(guarded.first, kOwnerLocks + other_increments.load());
+  EXPECT_EQ(guarded.second, guarded.first);
+  EXPECT_GE(other_increments.load(), kOtherLocks / 2);
+}
+
 // A child forked from a process whose lock is biased to another (now gone) thread takes it:
 // membarrier's registration carries over fork (Linux), so the revocation works there, and the
 // owner, absent from the child, is not inside. The child exits 0 only when the lock was taken.
