@@ -156,11 +156,14 @@ bool BiasedMutex::try_lock_counting_runs() noexcept {
     if (owner_busy_.load(std::memory_order_seq_cst) != 0) {
       // The owner is inside (or was announcing itself when it saw the revocation, on its way to
       // inner_): give up rather than wait. Waiting could deadlock: the owner may be waiting for
-      // a lock the caller holds. It counts as a revocation, for the adaptivity.
+      // a lock the caller holds. Biased again whatever the adaptivity says: an owner inside on
+      // its plain-store path must find no other thread taking inner_ without a revocation
+      // (with kUnbiased here the next locker would not wait for it: the 16-thread stream test
+      // caught that). It counts as a revocation, so the next one may unbias.
       needs_wait_ = false;
       revoked_by_holder_ = false;
       note_revocation();
-      state_.store(stay_unbiased_ ? kUnbiased : kBiased, std::memory_order_release);
+      state_.store(kBiased, std::memory_order_release);
       inner_.unlock();
       return false;
     }

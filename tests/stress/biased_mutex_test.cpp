@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -240,6 +241,31 @@ TEST(BiasedMutexTest, TryLockGivesUpWhileTheOwnerIsInside) {
   EXPECT_FALSE(got_other[1].load());
   std::lock_guard lock_first(first);  // another thread's lock: revokes, then takes it
   EXPECT_FALSE(first.biased());
+}
+
+// After a try_lock gave up on an owner inside, the mutex is still biased, whatever the
+// adaptivity would say (revoked within a few owner locks of its biasing): another thread's
+// lock() must revoke and wait for the owner, not walk in beside it as into an unbiased mutex.
+TEST(BiasedMutexTest, AFailedTryLockLeavesTheOwnerProtected) {
+  if (!BiasedMutex::biasing_available()) GTEST_SKIP() << "membarrier unavailable: nothing biased";
+  BiasedMutex mutex;  // adaptive
+  bias_to_this_thread(mutex);
+  mutex.lock_as_owner();
+  bool tried = true;
+  std::thread([&] { tried = mutex.try_lock_counting_runs(); }).join();
+  EXPECT_FALSE(tried);
+  std::atomic<bool> taken{false};
+  std::thread other([&] {
+    std::lock_guard lock(mutex);
+    taken.store(true);
+  });
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_FALSE(taken.load()) << "another thread took the mutex while its owner held it";
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  mutex.unlock_as_owner();
+  other.join();
+  EXPECT_TRUE(taken.load());
 }
 
 // Exclusion holds with try_lock among the other threads: some take it with lock(), some with
