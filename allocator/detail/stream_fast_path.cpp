@@ -62,10 +62,11 @@ inline void CachingAllocator::Impl::close_stream_shards() noexcept {
 // (docs/design.md 4).
 inline void CachingAllocator::Impl::report_to_stream_shard(ObserverShard& shard,
                                                            const AllocatorEvent& event) {
+  // Biased to the thread that reports here most, as the stream's lock is (the same thread).
   BiasedMutex& mutex = shard.mutex();
-  mutex.lock();
+  mutex.lock_auto();
   const bool counted = shard.try_apply(event);
-  mutex.unlock();
+  mutex.unlock_auto();
   if (!counted) [[unlikely]] {
     ++t_stream_shard_slow_paths;
     shard.apply_slow(event);

@@ -15,7 +15,7 @@
 #include "allocator/detail/block.hpp"
 #include "allocator/detail/free_block_index.hpp"
 #include "allocator/detail/object_pool.hpp"
-#include "allocator/spin_mutex.hpp"
+#include "allocator/biased_mutex.hpp"
 
 namespace vramledger {
 
@@ -59,8 +59,10 @@ struct SplitDelta {
 struct alignas(64) StreamHeaps {
   // The stream's lock. The per-stream fast path (detail/stream_fast_path.cpp) takes it alone;
   // every other operation takes it as part of the allocator's lock (StreamLocks). Only
-  // published heaps have one in use.
-  SpinMutex mutex;
+  // published heaps have one in use. Biased to the thread that takes it most (a thread per
+  // stream, or per lane: plain stores, no atomic instruction); its try_lock never waits for
+  // that owner, so the fast path may try another stream's while holding its own.
+  AutoBiasedMutex mutex;
   // Published in the allocator's StreamLocks and not released (release_stream): the fast path
   // may serve it. Written under `mutex`; read without it only as a hint.
   std::atomic<bool> open{false};

@@ -103,13 +103,23 @@ class StreamLocks {
   }
 
  private:
-  // With the global lock held: every published stream's lock, in slot order.
+  // With the global lock held: every published stream's lock, in slot order. Those biased to
+  // other threads are revoked with one process-wide barrier for all (BiasedMutex).
   void lock_published_streams() noexcept {
+    static_assert(kSlots <= 64, "one bit per slot");
     const std::size_t used = used_.load(std::memory_order_relaxed);
+    std::uint64_t revoking = 0;  // finish_lock only those: one taken on its owner's path holds
+                                 // no inner lock, so its revocation flags are another's to touch
     for (std::size_t i = 0; i < used; ++i) {
       if (StreamHeaps* heaps = slots_[i].heaps.load(std::memory_order_relaxed)) {
-        heaps->mutex.lock();
+        if (heaps->mutex.lock_deferring_barrier()) revoking |= std::uint64_t{1} << i;
       }
+    }
+    if (revoking == 0) [[likely]] return;
+    BiasedMutex::process_wide_barrier();
+    for (std::size_t i = 0; i < used; ++i) {
+      if ((revoking >> i & 1) == 0) continue;
+      slots_[i].heaps.load(std::memory_order_relaxed)->mutex.finish_lock();
     }
   }
 
