@@ -167,7 +167,7 @@ bool BiasedMutex::try_lock_counting_runs() noexcept {
       inner_.unlock();
       return false;
     }
-    finish_lock();  // the owner has left: no wait
+    finish_lock();  // the owner is not inside: at most a moment's wait for one announcing itself
   }
   if (owner_.load(std::memory_order_relaxed) == 0) note_run();
   return true;

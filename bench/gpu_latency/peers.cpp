@@ -45,10 +45,9 @@ LedgerOptions GatedLedger::ledger_options() {
     options.trace_capacity = std::strtoull(capacity, nullptr, 10);
   }
   // What the timestamps cost: "none" leaves them out, "cycle" reads the cycle counter.
-  const char* clock = std::getenv("VRAMLEDGER_BENCH_CLOCK");
-  if (clock != nullptr && std::string_view(clock) == "none") options.clock = ClockSource::kNone;
-  if (clock != nullptr && std::string_view(clock) == "cycle") {
-    options.clock = ClockSource::kCycleCounter;
+  if (const char* clock = std::getenv("VRAMLEDGER_BENCH_CLOCK"); clock != nullptr) {
+    if (std::string_view(clock) == "none") options.clock = ClockSource::kNone;
+    if (std::string_view(clock) == "cycle") options.clock = ClockSource::kCycleCounter;
   }
   return options;
 }

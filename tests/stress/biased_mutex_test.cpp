@@ -23,9 +23,17 @@ namespace {
 // them equal, and no increment may be lost.
 struct Guarded {
   explicit Guarded(bool adaptive = true) : mutex(adaptive) {}
+  // With `mutex` held: counts a torn pair (another holder was between its two increments), then
+  // increments both.
+  void update_held() {
+    if (first != second) torn.fetch_add(1);
+    ++first;
+    ++second;
+  }
   BiasedMutex mutex;
   std::uint64_t first = 0;
   std::uint64_t second = 0;
+  std::atomic<std::uint64_t> torn{0};
 };
 
 void bias_to_this_thread(BiasedMutex& mutex) {
@@ -40,16 +48,13 @@ TEST(BiasedMutexTest, OwnerAndOtherThreadsExcludeEachOther) {
   constexpr std::uint64_t kOwnerLocks = 400'000;
   constexpr int kOthers = 3;
   constexpr std::uint64_t kOtherLocks = 2'000;
-  std::atomic<int> torn{0};
   std::atomic<bool> biased_ready{false};
   std::thread owner([&] {
     bias_to_this_thread(guarded.mutex);
     biased_ready.store(true);
     for (std::uint64_t i = 0; i < kOwnerLocks; ++i) {
       OwnerLock lock(guarded.mutex);
-      if (guarded.first != guarded.second) torn.fetch_add(1);
-      ++guarded.first;
-      ++guarded.second;
+      guarded.update_held();
     }
   });
   while (!biased_ready.load()) std::this_thread::yield();
@@ -58,16 +63,14 @@ TEST(BiasedMutexTest, OwnerAndOtherThreadsExcludeEachOther) {
     others.emplace_back([&] {
       for (std::uint64_t i = 0; i < kOtherLocks; ++i) {
         std::lock_guard lock(guarded.mutex);
-        if (guarded.first != guarded.second) torn.fetch_add(1);
-        ++guarded.first;
-        ++guarded.second;
+        guarded.update_held();
       }
     });
   }
   owner.join();
   for (std::thread& other : others) other.join();
   std::lock_guard lock(guarded.mutex);
-  EXPECT_EQ(torn.load(), 0);
+  EXPECT_EQ(guarded.torn.load(), 0u);
   EXPECT_EQ(guarded.first, kOwnerLocks + kOthers * kOtherLocks);
   EXPECT_EQ(guarded.second, guarded.first);
   if (BiasedMutex::biasing_available()) {
@@ -277,16 +280,13 @@ TEST(BiasedMutexTest, OwnerLockAndOthersTryLockExcludeEachOther) {
   constexpr std::uint64_t kOwnerLocks = 200'000;
   constexpr std::uint64_t kOtherLocks = 2'000;
   std::atomic<bool> biased{false};
-  std::atomic<std::uint64_t> torn{0};
   std::atomic<std::uint64_t> other_increments{0};
   std::thread owner([&] {
     bias_to_this_thread(guarded.mutex);
     biased.store(true);
     for (std::uint64_t i = 0; i < kOwnerLocks; ++i) {
       OwnerLock lock(guarded.mutex);
-      if (guarded.first != guarded.second) torn.fetch_add(1);
-      ++guarded.first;
-      ++guarded.second;
+      guarded.update_held();
     }
   });
   while (!biased.load()) std::this_thread::yield();
@@ -297,16 +297,14 @@ TEST(BiasedMutexTest, OwnerLockAndOthersTryLockExcludeEachOther) {
       } else if (!guarded.mutex.try_lock_counting_runs()) {
         continue;
       }
-      if (guarded.first != guarded.second) torn.fetch_add(1);
-      ++guarded.first;
-      ++guarded.second;
+      guarded.update_held();
       other_increments.fetch_add(1);
       guarded.mutex.unlock();
     }
   });
   owner.join();
   other.join();
-  EXPECT_EQ(torn.load(), 0u);
+  EXPECT_EQ(guarded.torn.load(), 0u);
   EXPECT_EQ(guarded.first, kOwnerLocks + other_increments.load());
   EXPECT_EQ(guarded.second, guarded.first);
   EXPECT_GE(other_increments.load(), kOtherLocks / 2);
