@@ -54,6 +54,13 @@ inline CachingAllocator::Impl::Impl(DeviceBackend& backend, AllocatorObserver* o
     // regions no longer than that hold, mostly, one stream's blocks (ShardedBlockMap).
     const std::size_t small_span = span_bytes_[pool_index(PoolKind::kSmall)];
     live_.shard_by_region(static_cast<unsigned>(std::bit_width(small_span) - 1));
+  } else {
+    // Segment heap: a segment is one stream's, and segments are at least small_segment_bytes
+    // (2 MiB), sized and (cudaMalloc) aligned in whole 2 MiB: regions that long hold one
+    // segment's blocks. Spread by block, every operation of every thread locked one of the
+    // same 16 shards (the mixed ring on two threads of the VM, own streams: 168-180 ns a pair
+    // -> 109-115; bench/results/2026-12-05-session-28-cpu.md).
+    live_.shard_by_region(static_cast<unsigned>(std::bit_width(options_.small_segment_bytes) - 1));
   }
 }
 

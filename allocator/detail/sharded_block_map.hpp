@@ -4,11 +4,13 @@
 // operation locks its shard: the fast path's free looks a block up before it knows which
 // stream's lock to take. Before, every user holds the allocator's lock and no shard is locked.
 //
-// Blocks are spread over 16 shards by their address, or, where each stream's blocks lie in
-// address ranges of their own (the paged heap's spans: shard_by_region), over 64 shards by the
-// region of 2^shift bytes they lie in, so that a thread allocating on its own stream keeps
-// using the same one or two shards: their locks and tables stay in its core's cache instead of
-// moving between cores at every operation.
+// Blocks are spread over 256 shards by the region of 2^shift bytes they lie in, regions that
+// hold one stream's blocks (the paged heap's spans; the segment heap's segments), so that a
+// thread allocating on its own stream keeps using the same few shards: their locks and tables
+// stay in its core's cache instead of moving between cores at every operation. Spread by block
+// over 16 shards, as the segment heap's were until 2026-12-05, two threads on their own streams
+// each took 2.4x the time per pair of one thread alone (VM, 2 cores;
+// bench/results/2026-12-05-session-28-cpu.md).
 #pragma once
 
 #include <algorithm>
@@ -28,8 +30,8 @@ class ShardedBlockMap {
  public:
   // Under the allocator's lock, for good: users from then on may hold a stream's lock only.
   void set_locking() { locking_.store(true, std::memory_order_relaxed); }
-  // Before the first block, from the allocator's constructor: shards by regions of
-  // 2^region_shift bytes (at least 2^9), each region's blocks in one shard.
+  // Before the first block, from the allocator's constructor: regions of 2^region_shift bytes
+  // (at least 2^9), each region's blocks in one shard.
   void shard_by_region(unsigned region_shift) { region_shift_ = std::max(region_shift, 9u); }
 
   Block* find(DevicePtr address) const {
@@ -73,12 +75,11 @@ class ShardedBlockMap {
   }
 
  private:
-  // By block: 16 shards of 64 slots, the 16 KiB of the one map they replace (more was slower
-  // on one thread: its lookups touched more cache lines). By region: 64, since one thread
-  // touches only its regions' shards and fewer regions share a shard. Each grows as
-  // AddressMap does.
-  static constexpr std::size_t kBlockShardBits = 4;
-  static constexpr std::size_t kRegionShardBits = 6;
+  // 256 shards of 64 slots (~270 KiB of host memory per allocator): a thread touches only its
+  // regions' shards, and the more shards, the fewer regions of two threads share one (64: the
+  // segment heap's mixed ring on two threads 112 ns a pair, 256: 95, one thread no slower).
+  // Each grows as AddressMap does.
+  static constexpr std::size_t kRegionShardBits = 8;
   static constexpr std::size_t kShardCapacity = 64;
   struct alignas(64) Shard {
     mutable SpinMutex mutex;
@@ -101,11 +102,8 @@ class ShardedBlockMap {
     SpinMutex* mutex_;
   };
   std::size_t index_of(DevicePtr address) const {
-    // Addresses are at least 512-byte aligned; the top bits of the product mix the rest.
+    // The top bits of the product mix the region's number.
     constexpr std::uint64_t kMix = 0x9E3779B97F4A7C15ull;
-    if (region_shift_ == 0) {
-      return static_cast<std::size_t>(((address >> 9) * kMix) >> (64 - kBlockShardBits));
-    }
     return static_cast<std::size_t>(((address >> region_shift_) * kMix) >>
                                     (64 - kRegionShardBits));
   }
@@ -113,7 +111,7 @@ class ShardedBlockMap {
   const Shard& shard_of(DevicePtr address) const { return shards_[index_of(address)]; }
 
   std::atomic<bool> locking_{false};
-  unsigned region_shift_ = 0;  // 0: by block; written before any concurrent use
+  unsigned region_shift_ = 21;  // written before any concurrent use
   std::array<Shard, std::size_t{1} << kRegionShardBits> shards_;
 };
 
