@@ -168,7 +168,7 @@ class Ledger final : public AllocatorObserver {
   void publish_shard(LedgerShard& shard) noexcept;
   void fold_for_read() const noexcept;
   bool raise_fits(const AllocatorEvent& event) noexcept;
-  void make_room_locked(const AllocatorEvent& event) noexcept;
+  void make_room_locked(const AllocatorEvent& event, bool stream_shards_hold_credit) noexcept;
   void grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event) noexcept;
   void grant_cell_credit_locked(LedgerShard& shard, std::size_t cell, std::size_t share,
                                 std::size_t kinds, std::int64_t shares) noexcept;
@@ -194,7 +194,7 @@ class Ledger final : public AllocatorObserver {
   template <typename ForEachSlot>
   void revoke_spare_locked(std::atomic<std::int64_t>& spare, ForEachSlot&& for_each_slot) noexcept;
   void revoke_all_credit_locked() noexcept;
-  void revoke_slot_locked(const Slot& slot) noexcept;
+  void revoke_slot_locked(const Slot& slot, bool stream_shards_hold_credit = true) noexcept;
   std::int64_t fast_ceiling(std::size_t stat) const noexcept;
   std::int64_t& outstanding_of(const Slot& slot) noexcept;
   std::int64_t current_of(const Slot& slot) const noexcept;

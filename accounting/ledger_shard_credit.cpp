@@ -1,6 +1,7 @@
 // The escrow's credit (ledger_shard.hpp; docs/design.md, 5.2): which counters a cell stands
 // for, what headroom they have, and how credit is granted and taken back.
 #include <algorithm>
+#include <cassert>
 #include <tuple>
 #include <utility>
 
@@ -88,12 +89,19 @@ bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t cell, std::si
 
 // Takes back every credit standing for the slot's counter (each also counted for the other
 // counters of its cell).
-void Ledger::revoke_slot_locked(const Slot& slot) noexcept {
+void Ledger::revoke_slot_locked(const Slot& slot, bool stream_shards_hold_credit) noexcept {
   const std::size_t kind =
       slot.kind == Slot::kPool || slot.kind == Slot::kAggregate ? kPoolKind[slot.stat]
                                                                   : kUsageKind[slot.stat];
   for (const auto& owned : shards_) {
     LedgerShard& shard = *owned;
+    if (shard.for_stream_ && !stream_shards_hold_credit) {
+      assert(std::all_of(shard.cells_.begin(), shard.cells_.end(), [&](const auto& cell) {
+        return std::all_of(cell.begin(), cell.end(),
+                           [&](const LedgerShard::Cell& c) { return c[kind].credit == 0; });
+      }));
+      continue;
+    }
     for (std::size_t c = 0; c < LedgerShard::kCells; ++c) {
       for (std::size_t s = 0; s < shard.streams_used_; ++s) {
         ShardStat& share = shard.cells_[c][s][kind];
@@ -164,10 +172,14 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
 
 // Shards folded and held: takes back the credit of every counter this raise would otherwise let
 // the shards push past its ceiling. The usual update that follows sees the exact sums.
-void Ledger::make_room_locked(const AllocatorEvent& event) noexcept {
+// `stream_shards_hold_credit`: false right after gather_spare_credit_locked (every shard held),
+// when their credit is all in the spares: the walk over their cells is skipped (it found
+// nothing there, and was a third of an exact-path event with 16 stream shards).
+void Ledger::make_room_locked(const AllocatorEvent& event,
+                              bool stream_shards_hold_credit) noexcept {
   for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
     if (amount > 0 && current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
-      revoke_slot_locked(slot);
+      revoke_slot_locked(slot, stream_shards_hold_credit);
     }
   });
 }
