@@ -1,6 +1,7 @@
 // The escrow's credit (ledger_shard.hpp; docs/design.md, 5.2): which counters a cell stands
 // for, what headroom they have, and how credit is granted and taken back.
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <tuple>
 #include <utility>
@@ -112,15 +113,14 @@ void Ledger::revoke_slot_locked(const Slot& slot, bool stream_shards_hold_credit
       }
     }
   }
-  // The spare credit of the cells that stand for it.
-  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
-    bool counts = false;
-    for_each_slot_of_spare(c, kind, [&](const Slot& other) {
-      counts |= other.kind == slot.kind && other.which == slot.which && other.stat == slot.stat;
-    });
-    if (counts) revoke_spare_cell_locked(c, kind);
+  // The spare credit that stands for it (for_each_slot_of_spare, for_each_slot_of_stream_spare):
+  // its pool's cell, the common cell (the aggregate's and the untagged tag's), or its stream's.
+  switch (slot.kind) {
+    case Slot::kPool: revoke_spare_cell_locked(slot.which, kind); break;
+    case Slot::kAggregate:
+    case Slot::kUntagged: revoke_spare_cell_locked(LedgerShard::kCommon, kind); break;
+    case Slot::kStream: revoke_stream_spare_locked(slot.which, kind); break;
   }
-  if (slot.kind == Slot::kStream) revoke_stream_spare_locked(slot.which, kind);
 }
 
 // Whether a raise by the ledger's own event keeps every fast counter provably at or below its
@@ -342,9 +342,37 @@ void Ledger::return_spare_credit_locked(LedgerShard& shard) noexcept {
 // At the slow path, every shard held and folded: every stream shard's pool, common and own-stream
 // credit goes to the spares (each then takes what it needs), so no stream, nor a lane of one,
 // keeps room another lacks.
+// The pools' and the common cells' credit is summed first and added to each spare once (one
+// atomic add per spare, not one per shard and cell).
 void Ledger::gather_spare_credit_locked() noexcept {
-  for (const auto& shard : shards_) {
-    if (shard->for_stream_) give_credit_to_spare_locked(*shard, 1);
+  std::array<std::array<std::int64_t, kAmountKinds>, LedgerShard::kSpareCells> gathered{};
+  for (const auto& owned : shards_) {
+    LedgerShard& shard = *owned;
+    if (!shard.for_stream_) continue;
+    for (std::size_t s = 0; s < shard.streams_used_; ++s) {
+      for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+        for (std::size_t k = 0; k < kAmountKinds; ++k) {
+          ShardStat& share = shard.cells_[c][s][k];
+          if (share.credit <= 0) continue;
+          gathered[c][k] += share.credit;
+          share.credit = 0;
+        }
+      }
+      for (std::size_t k = 0; k < kSplitCount; ++k) {
+        ShardStat& share = shard.cells_[LedgerShard::kOwnStream][s][k];
+        if (share.credit <= 0) continue;
+        stream_spare_[shard.streams_[s].entry].credit[k].fetch_add(share.credit,
+                                                                   std::memory_order_relaxed);
+        share.credit = 0;
+      }
+    }
+  }
+  for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
+    for (std::size_t k = 0; k < kAmountKinds; ++k) {
+      if (gathered[c][k] > 0) {
+        spare_credit_[c].credit[k].fetch_add(gathered[c][k], std::memory_order_relaxed);
+      }
+    }
   }
 }
 
