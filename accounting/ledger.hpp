@@ -189,9 +189,6 @@ class Ledger final : public AllocatorObserver {
   template <typename Visit>
   void for_each_slot_of_stream_spare(std::size_t entry, std::size_t kind, Visit&& visit) noexcept;
   template <typename ForEachSlot>
-  void put_room_in_spare_locked(std::atomic<std::int64_t>& spare,
-                                ForEachSlot&& for_each_slot) noexcept;
-  template <typename ForEachSlot>
   void revoke_spare_locked(std::atomic<std::int64_t>& spare, ForEachSlot&& for_each_slot) noexcept;
   void revoke_all_credit_locked() noexcept;
   void revoke_slot_locked(const Slot& slot, bool stream_shards_hold_credit = true) noexcept;
