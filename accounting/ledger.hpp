@@ -201,8 +201,6 @@ class Ledger final : public AllocatorObserver {
   template <typename Visit>
   void for_each_slot_of_cell(const LedgerShard& shard, std::size_t cell, std::size_t share,
                              std::size_t kind, Visit&& visit) noexcept;
-  template <typename Visit>
-  void for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept;
 
   static std::size_t tag_slot(TagId tag) noexcept { return tag < kMaxTags ? tag : kMaxTags; }
   // The tag's entry, for an event that changes it: the entries past tag_slots_used_ stay zero,

@@ -59,25 +59,6 @@ std::int64_t Ledger::fast_ceiling(std::size_t stat) const noexcept {
   return peak;
 }
 
-// Calls visit(slot, amount) for every fast counter this event moves (amount: its raise, zero or
-// less where it does not raise the counter).
-template <typename Visit>
-void Ledger::for_each_fast_slot(const AllocatorEvent& event, Visit&& visit) noexcept {
-  const auto amounts = raises_of(event);
-  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
-  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
-    visit(Slot{Slot::kPool, p, j}, amounts[kPoolKind[j]]);
-    visit(Slot{Slot::kAggregate, 0, j}, amounts[kPoolKind[j]]);
-  }
-  if (!raises_counts(event)) return;  // usage counters only rise with an allocation
-  const std::size_t entry = streams_.index_of(streams_.usage_of(event.stream));
-  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
-  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
-    visit(Slot{Slot::kStream, entry, j}, amounts[kUsageKind[j]]);
-    if (untagged) visit(Slot{Slot::kUntagged, 0, j}, amounts[kUsageKind[j]]);
-  }
-}
-
 // Whether a cell of `shard` (cell, share) holds a share of the slot's counter.
 bool Ledger::cell_counts_for(const LedgerShard& shard, std::size_t cell, std::size_t share,
                              const Slot& slot) noexcept {
@@ -128,9 +109,9 @@ void Ledger::revoke_slot_locked(const Slot& slot, bool stream_shards_hold_credit
 // current + outstanding is the true sum plus the credit held, so this bounds the sum after the
 // raise (the ledger's own figure alone may be above it: shards may hold frees).
 bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
-  // The twenty comparisons of for_each_fast_slot, spelled out: every heap allocation runs this
-  // while shards are open, and the generic slots (a switch per counter) made it a fifth of a
-  // mixed-size pair's cost (perf, simulated device).
+  // The twenty comparisons, one per fast counter the event moves, spelled out: every heap
+  // allocation runs this while shards are open, and the generic slots (a switch per counter)
+  // made it a fifth of a mixed-size pair's cost (perf, simulated device).
   // Only front shards are open here (stream shards make every event take the exact path), and
   // they hold no split credit: the split counters' own figures are exact, and apply moves them.
   if (event.requested > event.size) return false;  // malformed: the usual path reports it
@@ -175,13 +156,43 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
 // `stream_shards_hold_credit`: false right after gather_spare_credit_locked (every shard held),
 // when their credit is all in the spares: the walk over their cells is skipped (it found
 // nothing there, and was a third of an exact-path event with 16 stream shards).
+// Every fast counter the event moves (its pool's and the aggregate's, then, for an allocation,
+// its stream's and the untagged tag's), read directly rather than through the generic slots (a
+// call and a switch per read, three reads a counter). Each check reads `outstanding` as the
+// revokes before it left it: a revoke lowers that of every counter its credit stood for.
 void Ledger::make_room_locked(const AllocatorEvent& event,
                               bool stream_shards_hold_credit) noexcept {
-  for_each_fast_slot(event, [&](const Slot& slot, std::int64_t amount) {
-    if (amount > 0 && current_of(slot) + amount + outstanding_of(slot) > ceiling_of(slot)) {
+  const auto amounts = raises_of(event);
+  const auto revoke_if_past = [&](const Slot& slot, std::int64_t current, std::int64_t amount,
+                                  std::int64_t outstanding, std::int64_t ceiling) {
+    if (amount > 0 && current + amount + outstanding > ceiling) {
       revoke_slot_locked(slot, stream_shards_hold_credit);
     }
-  });
+  };
+  const std::size_t p = static_cast<std::size_t>(event.pool) & 1;
+  for (std::size_t j = 0; j < kFastPoolStats; ++j) {
+    const std::int64_t amount = amounts[kPoolKind[j]];
+    if (amount <= 0) continue;
+    const Stat& pool = counters_.pools[1 + p].*kFastPool[j];
+    revoke_if_past(Slot{Slot::kPool, p, j}, pool.current, amount, outstanding_pool_[p][j],
+                   pool.peak);
+    revoke_if_past(Slot{Slot::kAggregate, 0, j}, aggregate_current(kFastPool[j]), amount,
+                   outstanding_aggregate_[j], fast_ceiling(j));
+  }
+  if (!raises_counts(event)) return;  // usage counters only rise with an allocation
+  const std::size_t entry = streams_.index_of(streams_.usage_of(event.stream));
+  const bool untagged = tag_slot(event.tag) == tag_slot(kUntagged);
+  for (std::size_t j = 0; j < kFastUsageStats; ++j) {
+    const std::int64_t amount = amounts[kUsageKind[j]];
+    if (amount <= 0) continue;
+    const Stat& stream = streams_.at(entry).*kFastUsage[j];
+    revoke_if_past(Slot{Slot::kStream, entry, j}, stream.current, amount,
+                   outstanding_stream_[entry][j], stream.peak);
+    if (!untagged) continue;
+    const Stat& tag = tags_[tag_slot(kUntagged)].*kFastUsage[j];
+    revoke_if_past(Slot{Slot::kUntagged, 0, j}, tag.current, amount, outstanding_untagged_[j],
+                   tag.peak);
+  }
 }
 
 void Ledger::revoke_all_credit_locked() noexcept {
