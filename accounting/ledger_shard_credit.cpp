@@ -153,13 +153,13 @@ bool Ledger::raise_fits(const AllocatorEvent& event) noexcept {
 
 // Shards folded and held: takes back the credit of every counter this raise would otherwise let
 // the shards push past its ceiling. The usual update that follows sees the exact sums.
-// `stream_shards_hold_credit`: false right after gather_spare_credit_locked (every shard held),
-// when their credit is all in the spares: the walk over their cells is skipped (it found
-// nothing there, and was a third of an exact-path event with 16 stream shards).
-// Every fast counter the event moves (its pool's and the aggregate's, then, for an allocation,
-// its stream's and the untagged tag's), read directly rather than through the generic slots (a
-// call and a switch per read, three reads a counter). Each check reads `outstanding` as the
-// revokes before it left it: a revoke lowers that of every counter its credit stood for.
+// The counters are every fast one the event moves (its pool's and the aggregate's, then, for an
+// allocation, its stream's and the untagged tag's), read directly rather than through the
+// generic slots (a call and a switch per read, three reads a counter). Each check reads
+// `outstanding` as the revokes before it left it: a revoke lowers that of every counter its
+// credit stood for. `stream_shards_hold_credit`: false right after gather_spare_credit_locked
+// (every shard held), when their credit is all in the spares: the revokes skip their cells
+// (the walk found nothing there, and was a third of an exact-path event with 16 stream shards).
 void Ledger::make_room_locked(const AllocatorEvent& event,
                               bool stream_shards_hold_credit) noexcept {
   const auto amounts = raises_of(event);
@@ -244,9 +244,6 @@ void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event
   // quarter of an exact-path event with 16 stream shards. Each counter belongs to one spare, so
   // the order of the spares changes nothing.
   const std::size_t entry = shard.streams_[s].entry;
-  const PoolCounters& all = counters_.pools[stat_pool_index(StatPool::kAggregate)];
-  const bool reserved_at_peak =
-      aggregate_current(&PoolCounters::reserved_bytes) == all.reserved_bytes.peak;
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> pool_room{};
   std::array<std::int64_t, kFastPoolStats> aggregate_room{};
   for (std::size_t j = 0; j < kFastPoolStats; ++j) {
@@ -254,11 +251,8 @@ void Ledger::grant_credit_locked(LedgerShard& shard, const AllocatorEvent& event
       const Stat& stat = counters_.pools[1 + q].*kFastPool[j];
       pool_room[q][j] = stat.peak - stat.current - outstanding_pool_[q][j];
     }
-    std::int64_t ceiling = (all.*kFastPool[j]).peak;  // fast_ceiling
-    if (j == kActiveBytes && reserved_at_peak) {
-      ceiling = std::min(ceiling, counters_.active_bytes_at_peak_reserved);
-    }
-    aggregate_room[j] = ceiling - aggregate_current(kFastPool[j]) - outstanding_aggregate_[j];
+    aggregate_room[j] =
+        fast_ceiling(j) - aggregate_current(kFastPool[j]) - outstanding_aggregate_[j];
   }
   const UsageStats& untagged = tags_[tag_slot(kUntagged)];
   const UsageStats& stream = streams_.at(entry);
