@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +64,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -245,11 +247,38 @@ void pair_case(benchmark::State& state, const std::string& name, Peer& peer, std
   state.SetItemsProcessed(state.iterations());
 }
 
+// The threads of a ring case's run that are past their untimed pass (or gave up before it).
+// Thread 0 reads the allocator's counters once all are, so that the driver calls, locked
+// allocations and exact-path events it reports are the timed loop's: read while the others
+// still ran their pass, the 16-thread cases counted the growth of the streams they were the
+// first to use. Reset before each run (Benchmark::Setup, one thread, before any starts).
+std::atomic<int> g_ring_threads_ready{0};
+void reset_ring_threads_ready(const benchmark::State&) { g_ring_threads_ready.store(0); }
+
+// Counts this thread ready once: after its pass, or when it leaves before (a failure).
+class RingReady {
+ public:
+  ~RingReady() { arrive(); }
+  void arrive() {
+    if (!arrived_) g_ring_threads_ready.fetch_add(1, std::memory_order_release);
+    arrived_ = true;
+  }
+  static void wait_for_all(int threads) {
+    while (g_ring_threads_ready.load(std::memory_order_acquire) < threads) {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  bool arrived_ = false;
+};
+
 // round_robin == 0: every block on this thread's own stream (on stream 0 when `shared`);
 // otherwise allocation j goes to stream j % round_robin.
 template <class Peer>
 void ring_case(benchmark::State& state, const std::string& registered_name, Peer& peer,
                const Streams& streams, std::size_t round_robin, bool shared = false) {
+  RingReady ready;
   // One registration runs at several thread counts: name failures by the run, as the JSON does.
   const std::string name = round_robin == 0
                                ? registered_name + "/threads:" + std::to_string(state.threads())
@@ -307,9 +336,11 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
     release_live();
     return;
   }
+  ready.arrive();
+  if (thread == 0 && state.threads() > 1) RingReady::wait_for_all(state.threads());
   // vramledger's driver calls per thousand pairs of all threads (each ~20-35 us on the H200,
-  // under the allocator's lock): read by thread 0 around its loop, outside the timing (another
-  // thread may still be in its untimed pass then).
+  // under the allocator's lock): read by thread 0 around its loop, outside the timing, once
+  // every thread is past its untimed pass (RingReady).
   std::int64_t calls_before = 0;
   std::int64_t lane_choices_before = 0;
   if constexpr (requires { peer.driver_calls(); }) {
@@ -514,7 +545,7 @@ PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& str
       auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
         ring_case(state, name, *p, *s, 0);
       });
-      bm->MinTime(min_time_s)->UseRealTime();
+      bm->MinTime(min_time_s)->UseRealTime()->Setup(reset_ring_threads_ready);
       for (int threads : kThreadCounts) bm->Threads(threads);
     };
     cases.mixed_shared = [=] {
@@ -522,7 +553,7 @@ PeerCases cases_for(const std::string& allocator, Peer& peer, const Streams& str
       auto* bm = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
         ring_case(state, name, *p, *s, 0, true);
       });
-      bm->MinTime(min_time_s)->UseRealTime();
+      bm->MinTime(min_time_s)->UseRealTime()->Setup(reset_ring_threads_ready);
       for (int threads : kThreadCounts) bm->Threads(threads);
     };
     cases.pair_threads = [=](const SizeCase& size, bool shared) {
