@@ -120,6 +120,10 @@ struct LedgerCounters {
   const PoolCounters& aggregate() const noexcept { return pools[0]; }
   const PoolCounters& pool(StatPool which) const noexcept { return pools[stat_pool_index(which)]; }
   const PoolCounters& pool(PoolKind which) const noexcept { return pools[stat_pool_index(which)]; }
+  // The driver calls behind these counts: maps, unmaps, device allocations and frees.
+  std::int64_t driver_calls() const noexcept {
+    return num_maps + num_unmaps + num_device_alloc + num_device_free;
+  }
 
   friend bool operator==(const LedgerCounters&, const LedgerCounters&) = default;
 };

@@ -181,13 +181,6 @@ void MixedThreadsTradePages(benchmark::State& state) {
   run_mixed(state, rig);
 }
 
-// Maps, unmaps, device allocations and frees so far (the ledger's counts of those events).
-std::int64_t driver_calls(const Ledger& ledger) {
-  const LedgerCounters counters = ledger.counters();
-  return counters.num_maps + counters.num_unmaps + counters.num_device_alloc +
-         counters.num_device_free;
-}
-
 // The mixed ring of N streams taken in turn by one thread, one replacement each: the order of
 // events N threads running truly at once give (each stream moves a step while the others move
 // one), with no scheduler between them. On the VM's 2 cores, 8 or 16 threads run in time
@@ -216,7 +209,7 @@ void MixedStreamsInTurn(benchmark::State& state) {
   }
   const Ledger::ShardTally before = rig.ledger.shard_tally();
   const std::int64_t locked_before = rig.allocator.policy_figures().locked_allocations;
-  const std::int64_t calls_before = driver_calls(rig.ledger);
+  const std::int64_t calls_before = rig.ledger.counters().driver_calls();
   std::size_t k = 0;
   for (auto _ : state) {
     for (std::size_t s = 0; s < streams; ++s) replace(s, k);
@@ -230,7 +223,7 @@ void MixedStreamsInTurn(benchmark::State& state) {
       static_cast<double>(rig.allocator.policy_figures().locked_allocations - locked_before) /
       pairs;
   state.counters["calls_per_kpair"] =
-      1000.0 * static_cast<double>(driver_calls(rig.ledger) - calls_before) / pairs;
+      1000.0 * static_cast<double>(rig.ledger.counters().driver_calls() - calls_before) / pairs;
   for (std::size_t s = 0; s < streams; ++s) {
     for (DevicePtr ptr : live[s]) rig.allocator.deallocate(ptr);
   }

@@ -86,11 +86,7 @@ class GatedLedger final : public AllocatorObserver {
     return static_cast<std::int64_t>(ledger_.shard_tally().slow);
   }
   // Maps, unmaps, device allocations and frees so far (the ledger's counts of those events).
-  std::int64_t driver_calls() const {
-    const LedgerCounters counters = ledger_.counters();
-    return counters.num_maps + counters.num_unmaps + counters.num_device_alloc +
-           counters.num_device_free;
-  }
+  std::int64_t driver_calls() const { return ledger_.counters().driver_calls(); }
 
  private:
   static LedgerOptions ledger_options();
