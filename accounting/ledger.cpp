@@ -411,7 +411,9 @@ LedgerCounters Ledger::counters_unlocked() const noexcept {
 
 Ledger::ShardTally Ledger::shard_tally() const {
   ReadGuard guard(*this);
-  return shard_tally_;
+  ShardTally tally = shard_tally_;
+  tally.all_held_ns = all_held_ns_;
+  return tally;
 }
 
 std::vector<StreamUsage> Ledger::per_stream() const {

@@ -104,6 +104,10 @@ class Ledger final : public AllocatorObserver {
     std::uint64_t fast = 0;
     std::uint64_t fast_with_splits = 0;
     std::uint64_t slow = 0;
+    // Nanoseconds (steady clock) with every shard's mutex held, from the first taken to the
+    // last released: the exact path, the allocator's own events and the queries. No shard's
+    // fast path runs meanwhile, so it is time every counting thread may have to wait for.
+    std::uint64_t all_held_ns = 0;
   };
   ShardTally shard_tally() const;
   // The counters-only account (counters_text.hpp) attached to out-of-memory errors.
@@ -261,6 +265,8 @@ class Ledger final : public AllocatorObserver {
   bool stream_shards_ = false;        // under mutex_: a stream's shard was opened
   std::size_t stream_shard_count_ = 0;  // under mutex_: stream shards open now
   ShardTally shard_tally_;            // under mutex_
+  mutable std::uint64_t all_held_ns_ = 0;     // ShardTally::all_held_ns; under mutex_
+  mutable std::int64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};
   std::array<std::int64_t, kFastPoolStats> outstanding_aggregate_{};

@@ -53,6 +53,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -351,12 +352,15 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   }
   std::int64_t locked_before = 0;
   std::int64_t slow_before = 0;
+  std::int64_t held_before = 0;
   if constexpr (requires { peer.locked_allocations(); }) {
     if (thread == 0) {
       locked_before = peer.locked_allocations();
       slow_before = peer.ledger_slow_events();
+      held_before = peer.ledger_all_shards_held_ns();
     }
   }
+  const auto loop_start = std::chrono::steady_clock::now();
   std::size_t j = kPatternLength;
   for (auto _ : state) {
     try {
@@ -383,6 +387,16 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
           1000.0 * static_cast<double>(peer.locked_allocations() - locked_before) / pairs;
       state.counters["exact_per_kpair"] =
           1000.0 * static_cast<double>(peer.ledger_slow_events() - slow_before) / pairs;
+      // The share of thread 0's loop during which every ledger shard was held (the exact path,
+      // the allocator's own events): time no thread could count an event in its shard.
+      const auto loop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now() - loop_start)
+                               .count();
+      state.counters["all_held_pct"] =
+          loop_ns > 0 ? 100.0 *
+                            static_cast<double>(peer.ledger_all_shards_held_ns() - held_before) /
+                            static_cast<double>(loop_ns)
+                      : 0.0;
     }
   }
   // Lanes given during the run (docs/design.md 4): a few when threads first contend; more means

@@ -85,6 +85,10 @@ class GatedLedger final : public AllocatorObserver {
   std::int64_t slow_events() const {
     return static_cast<std::int64_t>(ledger_.shard_tally().slow);
   }
+  // Nanoseconds with every ledger shard held (Ledger::ShardTally::all_held_ns).
+  std::int64_t all_shards_held_ns() const {
+    return static_cast<std::int64_t>(ledger_.shard_tally().all_held_ns);
+  }
   // Maps, unmaps, device allocations and frees so far (the ledger's counts of those events).
   std::int64_t driver_calls() const { return ledger_.counters().driver_calls(); }
 
@@ -139,6 +143,7 @@ class VramledgerPeer {
   // the ledger's exact path (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
   std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
   std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
+  std::int64_t ledger_all_shards_held_ns() const { return ledger_.all_shards_held_ns(); }
 
  private:
   std::string conf_;
