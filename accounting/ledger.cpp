@@ -413,6 +413,7 @@ Ledger::ShardTally Ledger::shard_tally() const {
   ReadGuard guard(*this);
   ShardTally tally = shard_tally_;
   tally.all_held_ns = all_held_ns_;
+  tally.gathered = gathered_events_.load(std::memory_order_relaxed);
   return tally;
 }
 

@@ -104,6 +104,9 @@ class Ledger final : public AllocatorObserver {
     std::uint64_t fast = 0;
     std::uint64_t fast_with_splits = 0;
     std::uint64_t slow = 0;
+    // Events a stream shard counted after gathering the other shards' credit one at a time,
+    // without the exact path (Ledger::gather_credit_shard_by_shard).
+    std::uint64_t gathered = 0;
     // Nanoseconds (steady clock) with every shard's mutex held, from the first taken to the
     // last released: the exact path, the allocator's own events and the queries. No shard's
     // fast path runs meanwhile, so it is time every counting thread may have to wait for.
@@ -183,9 +186,10 @@ class Ledger final : public AllocatorObserver {
   bool take_stream_spare_credit(std::size_t entry, std::size_t kind, std::int64_t need,
                                 std::int64_t& credit) noexcept;
   void revoke_stream_spare_locked(std::size_t entry, std::size_t kind) noexcept;
-  void give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept;
+  bool give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept;
   void return_spare_credit_locked(LedgerShard& shard) noexcept;
   void gather_spare_credit_locked() noexcept;
+  bool gather_credit_shard_by_shard(const LedgerShard& needy) noexcept;
   void revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexcept;
   void revoke_spare_credit_locked() noexcept;
   template <typename Visit>
@@ -266,6 +270,7 @@ class Ledger final : public AllocatorObserver {
   std::size_t stream_shard_count_ = 0;  // under mutex_: stream shards open now
   ShardTally shard_tally_;            // under mutex_
   mutable std::uint64_t all_held_ns_ = 0;     // ShardTally::all_held_ns; under mutex_
+  std::atomic<std::uint64_t> gathered_events_{0};  // ShardTally::gathered
   mutable std::int64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};

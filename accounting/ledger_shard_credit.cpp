@@ -366,12 +366,14 @@ bool Ledger::take_stream_spare_credit(std::size_t entry, std::size_t kind, std::
 // mutex is not needed: the spares are atomics, and whatever else moves them in bulk holds every
 // shard's mutex): 1/`divisor` of each of its pool, common and own-stream credits goes to the
 // spares. Only the holder changes, so `outstanding` does not.
-void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
-  const auto give = [divisor](ShardStat& share, std::atomic<std::int64_t>& spare) {
+bool Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept {
+  bool gave = false;
+  const auto give = [divisor, &gave](ShardStat& share, std::atomic<std::int64_t>& spare) {
     const std::int64_t given = share.credit / divisor;
     if (given <= 0) return;
     share.credit -= given;
     spare.fetch_add(given, std::memory_order_relaxed);
+    gave = true;
   };
   for (std::size_t s = 0; s < shard.streams_used_; ++s) {
     for (std::size_t c = 0; c < LedgerShard::kSpareCells; ++c) {
@@ -384,6 +386,31 @@ void Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t diviso
            stream_spare_[shard.streams_[s].entry].credit[k]);
     }
   }
+  return gave;
+}
+
+// Before the exact path (Ledger::apply_from_shard), under the ledger's mutex (so the shards stay
+// open) and no shard's mutex: every other stream shard's pool, common and own-stream credit
+// into the spares, one shard at a time, each after handing its staged records to the trace (so
+// the frees that made the credit are in the trace before any raise it pays for). A shard held
+// by its thread, or biased to it (taking it would revoke the bias: a process-wide barrier,
+// which the exact path pays once for all), is passed over. True if any credit moved.
+bool Ledger::gather_credit_shard_by_shard(const LedgerShard& needy) noexcept {
+  std::lock_guard lock(mutex_);
+  bool moved = false;
+  for (const auto& owned : shards_) {
+    LedgerShard& shard = *owned;
+    if (!shard.for_stream_ || &shard == &needy) continue;
+    BiasedMutex& mutex = shard.mutex();
+    if (!mutex.try_lock_without_revoking()) continue;
+    if (shard.staged_count_ != 0) {
+      hand_over_records_locked(shard);  // gives half its credit to the spares
+      moved = true;
+    }
+    moved |= give_credit_to_spare_locked(shard, 1);
+    mutex.unlock_auto();
+  }
+  return moved;
 }
 
 // At a stream shard's fold: half its pool, common and own-stream credit goes to the spares,

@@ -180,6 +180,21 @@ bool BiasedMutex::try_lock_as_owner() noexcept {
   return true;
 }
 
+bool BiasedMutex::try_lock_without_revoking() noexcept {
+  if (owned_by_this_thread()) return try_lock_as_owner();
+  if (!inner_.try_lock()) return false;
+  // Holding inner_: a revocation cannot be under way (it holds inner_ throughout), and an
+  // unbiased owner takes inner_ too, so only a biased one could be inside.
+  if (owner_.load(std::memory_order_relaxed) != 0) {
+    if (state_.load(std::memory_order_relaxed) == kBiased) {
+      inner_.unlock();
+      return false;
+    }
+    owner_locks_unbiased_ = 0;  // another thread wanted it: the owner does not rebias yet
+  }
+  return true;
+}
+
 void BiasedMutex::unbias() noexcept {
   owner_.store(0, std::memory_order_relaxed);
   revoked_by_holder_ = false;

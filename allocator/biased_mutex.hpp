@@ -109,6 +109,10 @@ class alignas(64) BiasedMutex {
   bool try_lock_counting_runs() noexcept;
   // The owner's try_lock: false only while another thread holds it.
   bool try_lock_as_owner() noexcept;
+  // try_lock that never revokes a bias: false while another thread holds it and while it is
+  // biased to another thread (taking it then costs a process-wide barrier). Its owner takes it
+  // as try_lock_as_owner does. Release with unlock_auto().
+  bool try_lock_without_revoking() noexcept;
   // AutoBiasedMutex's behaviour on a BiasedMutex (a ledger shard's, ObserverShard::mutex()):
   // the owner's path for its owner, else lock_counting_runs / try_lock_counting_runs.
   void lock_auto() noexcept {

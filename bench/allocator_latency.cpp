@@ -218,6 +218,8 @@ void MixedStreamsInTurn(benchmark::State& state) {
   const auto pairs = static_cast<double>(state.iterations() * streams);
   const Ledger::ShardTally after = rig.ledger.shard_tally();
   state.counters["exact_per_kpair"] = 1000.0 * static_cast<double>(after.slow - before.slow) / pairs;
+  state.counters["gathered_per_kpair"] =
+      1000.0 * static_cast<double>(after.gathered - before.gathered) / pairs;
   state.counters["locked_per_kpair"] =
       1000.0 *
       static_cast<double>(rig.allocator.policy_figures().locked_allocations - locked_before) /

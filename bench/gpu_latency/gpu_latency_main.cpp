@@ -353,11 +353,13 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   std::int64_t locked_before = 0;
   std::int64_t slow_before = 0;
   std::int64_t held_before = 0;
+  std::int64_t gathered_before = 0;
   if constexpr (requires { peer.locked_allocations(); }) {
     if (thread == 0) {
       locked_before = peer.locked_allocations();
       slow_before = peer.ledger_slow_events();
       held_before = peer.ledger_all_shards_held_ns();
+      gathered_before = peer.ledger_gathered_events();
     }
   }
   const auto loop_start = std::chrono::steady_clock::now();
@@ -387,6 +389,8 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
           1000.0 * static_cast<double>(peer.locked_allocations() - locked_before) / pairs;
       state.counters["exact_per_kpair"] =
           1000.0 * static_cast<double>(peer.ledger_slow_events() - slow_before) / pairs;
+      state.counters["gathered_per_kpair"] =
+          1000.0 * static_cast<double>(peer.ledger_gathered_events() - gathered_before) / pairs;
       // The share of thread 0's loop during which every ledger shard was held (the exact path,
       // the allocator's own events): time no thread could count an event in its shard.
       const auto loop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -85,6 +85,9 @@ class GatedLedger final : public AllocatorObserver {
   std::int64_t slow_events() const {
     return static_cast<std::int64_t>(ledger_.shard_tally().slow);
   }
+  std::int64_t gathered_events() const {
+    return static_cast<std::int64_t>(ledger_.shard_tally().gathered);
+  }
   // Nanoseconds with every ledger shard held (Ledger::ShardTally::all_held_ns).
   std::int64_t all_shards_held_ns() const {
     return static_cast<std::int64_t>(ledger_.shard_tally().all_held_ns);
@@ -144,6 +147,7 @@ class VramledgerPeer {
   std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
   std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
   std::int64_t ledger_all_shards_held_ns() const { return ledger_.all_shards_held_ns(); }
+  std::int64_t ledger_gathered_events() const { return ledger_.gathered_events(); }
 
  private:
   std::string conf_;
