@@ -3,8 +3,11 @@
 // stay exact, queries fold, reset_peaks and close_shard take credit back.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "accounting/ledger.hpp"
 #include "accounting/trace_record.hpp"
+#include "allocator/biased_mutex.hpp"
 #include "tests/accounting/event_builders.hpp"
 
 namespace vramledger {
@@ -300,6 +303,59 @@ TEST(LedgerShard, LanesOfOneStreamShareItsRoomBelowThePeak) {
   ledger.close_shard(lane_a);
   ledger.close_shard(lane_b);
   EXPECT_FALSE(ledger.inconsistent());
+}
+
+// Credit one lane's frees made, still in that lane's shard (the spares empty), pays the other
+// lane's raise below the peak: gathered shard by shard (its records handed to the trace first),
+// not through the exact path. A shard biased to another thread is passed over (taking it would
+// revoke the bias), and the raise then takes the exact path, as before.
+TEST(LedgerShard, ShortOfCreditAShardGathersOthersBeforeTheExactPath) {
+  for (const bool biased_elsewhere : {false, true}) {
+    SCOPED_TRACE(biased_elsewhere ? "lane a biased to another thread" : "no bias");
+    if (biased_elsewhere && !BiasedMutex::biasing_available()) {
+      GTEST_SKIP() << "this process cannot bias mutexes (no membarrier)";
+    }
+    Ledger ledger(quiet());
+    ObserverShard* lane_a = ledger.open_stream_shard();
+    ObserverShard* lane_b = ledger.open_stream_shard();
+    constexpr std::size_t kBlock = 64 * kKiB;
+    constexpr StreamHandle kStream = 5;
+    const auto on = [](EventKind kind, DevicePtr address, std::size_t size) {
+      return split_event(kind, address, size, kStream, 0, 0);
+    };
+    for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+      report(*lane_a, on(EventKind::kAlloc, b, kBlock));  // each a new peak: no room left
+    }
+    report(*lane_b, on(EventKind::kAlloc, 0x900000, 4 * kKiB));  // a new peak and share
+    for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+      EXPECT_TRUE(fast(*lane_a, on(EventKind::kFree, b, kBlock)));  // credit, in lane a only
+    }
+    const Ledger::ShardTally before = ledger.shard_tally();  // (a read revokes every bias)
+    if (biased_elsewhere) {
+      // Another thread takes lane a's mutex often enough to become its owner (and exits).
+      std::thread([lane_a] {
+        for (std::uint32_t i = 0; i <= BiasedMutex::kAutoBiasAfter; ++i) {
+          lane_a->mutex().lock_auto();
+          lane_a->mutex().unlock_auto();
+        }
+      }).join();
+    }
+    EXPECT_FALSE(fast(*lane_b, on(EventKind::kAlloc, 0x200000, kBlock)));  // its credit: none
+    report(*lane_b, on(EventKind::kAlloc, 0x200000, kBlock));
+    const Ledger::ShardTally after = ledger.shard_tally();
+    EXPECT_EQ(after.gathered - before.gathered, biased_elsewhere ? 0u : 1u);
+    EXPECT_EQ(after.slow - before.slow, biased_elsewhere ? 1u : 0u);
+    const LedgerCounters counters = ledger.counters();
+    EXPECT_EQ(counters.aggregate().allocated_bytes.current,
+              static_cast<std::int64_t>(kBlock + 4 * kKiB));
+    EXPECT_EQ(counters.aggregate().allocated_bytes.peak,
+              static_cast<std::int64_t>(3 * kBlock + 4 * kKiB));
+    // Lane a's frees reached the trace before lane b's raise they paid for.
+    expect_trace_replays_to_the_same_counters(ledger);
+    ledger.close_shard(lane_a);
+    ledger.close_shard(lane_b);
+    EXPECT_FALSE(ledger.inconsistent());
+  }
 }
 
 // A front cache's shard never counts split changes itself (its events carry none; one that did
