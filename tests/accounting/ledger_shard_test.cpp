@@ -257,6 +257,20 @@ TEST(LedgerShard, SpareCreditPaysRaisesBelowThePeakOnAnyStream) {
   EXPECT_FALSE(ledger.inconsistent());
 }
 
+// Two lanes' tests: events of one stream, and three blocks that set the peaks on lane a.
+constexpr std::size_t kBlock = 64 * kKiB;
+constexpr StreamHandle kStream = 5;
+
+AllocatorEvent on(EventKind kind, DevicePtr address, std::size_t size) {
+  return split_event(kind, address, size, kStream, 0, 0);
+}
+
+void allocate_three_blocks(ObserverShard& lane) {
+  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
+    report(lane, on(EventKind::kAlloc, b, kBlock));  // each a new peak: the slow path
+  }
+}
+
 // Two stream shards of one stream (two lanes: threads contending on the stream got heaps of
 // their own, allocator/detail/stream_lanes.cpp). The room below the stream's peaks goes to the
 // stream's own spare at each slow path, so either lane's raises below the peak stay on its fast
@@ -266,14 +280,7 @@ TEST(LedgerShard, LanesOfOneStreamShareItsRoomBelowThePeak) {
   Ledger ledger(quiet());
   ObserverShard* lane_a = ledger.open_stream_shard();
   ObserverShard* lane_b = ledger.open_stream_shard();
-  constexpr std::size_t kBlock = 64 * kKiB;
-  constexpr StreamHandle kStream = 5;
-  const auto on = [](EventKind kind, DevicePtr address, std::size_t size) {
-    return split_event(kind, address, size, kStream, 0, 0);
-  };
-  for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
-    report(*lane_a, on(EventKind::kAlloc, b, kBlock));  // each a new peak: the slow path
-  }
+  allocate_three_blocks(*lane_a);
   for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
     EXPECT_TRUE(fast(*lane_a, on(EventKind::kFree, b, kBlock)));
   }
@@ -318,14 +325,7 @@ TEST(LedgerShard, ShortOfCreditAShardGathersOthersBeforeTheExactPath) {
     Ledger ledger(quiet());
     ObserverShard* lane_a = ledger.open_stream_shard();
     ObserverShard* lane_b = ledger.open_stream_shard();
-    constexpr std::size_t kBlock = 64 * kKiB;
-    constexpr StreamHandle kStream = 5;
-    const auto on = [](EventKind kind, DevicePtr address, std::size_t size) {
-      return split_event(kind, address, size, kStream, 0, 0);
-    };
-    for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
-      report(*lane_a, on(EventKind::kAlloc, b, kBlock));  // each a new peak: no room left
-    }
+    allocate_three_blocks(*lane_a);  // no room left below the peaks
     report(*lane_b, on(EventKind::kAlloc, 0x900000, 4 * kKiB));  // a new peak and share
     for (DevicePtr b : {0x100000, 0x200000, 0x300000}) {
       EXPECT_TRUE(fast(*lane_a, on(EventKind::kFree, b, kBlock)));  // credit, in lane a only
