@@ -37,6 +37,9 @@ struct PolicyFigures {
   // Allocations the per-stream fast path left to the allocator's lock once it was open (growth,
   // pages to map, pending frees, a lane change): each stops every stream's thread meanwhile.
   std::int64_t locked_allocations = 0;
+  // Nanoseconds the allocator's lock was held (every stream's lock with it) while the per-stream
+  // fast path was open: time each stream's thread may have waited.
+  std::int64_t streams_held_ns = 0;
   // Paged heap: old addresses of moved chunks unmapped by the helper thread, and those the
   // allocator unmapped itself because it needed them gone before the helper got to them
   // (AllocatorOptions::unmap_in_background; detail/background_unmaps.hpp).

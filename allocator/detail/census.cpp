@@ -151,6 +151,7 @@ inline PolicyFigures CachingAllocator::Impl::policy_figures_locked() const {
   figures.stream_heaps = static_cast<std::int64_t>(streams_.size());
   figures.lane_choices = static_cast<std::int64_t>(lane_choices_);
   figures.locked_allocations = static_cast<std::int64_t>(locked_allocations_);
+  figures.streams_held_ns = static_cast<std::int64_t>(mutex_.streams_held_ns());
   figures.unmaps_in_background =
       static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());
   figures.unmaps_on_demand = static_cast<std::int64_t>(background_unmaps_.unmapped_on_demand());

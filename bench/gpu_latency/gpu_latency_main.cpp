@@ -354,12 +354,14 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   std::int64_t slow_before = 0;
   std::int64_t held_before = 0;
   std::int64_t gathered_before = 0;
+  std::int64_t streams_held_before = 0;
   if constexpr (requires { peer.locked_allocations(); }) {
     if (thread == 0) {
       locked_before = peer.locked_allocations();
       slow_before = peer.ledger_slow_events();
       held_before = peer.ledger_all_shards_held_ns();
       gathered_before = peer.ledger_gathered_events();
+      streams_held_before = peer.streams_held_ns();
     }
   }
   const auto loop_start = std::chrono::steady_clock::now();
@@ -396,11 +398,13 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
       const auto loop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::steady_clock::now() - loop_start)
                                .count();
+      const auto share_of_loop = [loop_ns](std::int64_t ns) {
+        return loop_ns > 0 ? 100.0 * static_cast<double>(ns) / static_cast<double>(loop_ns) : 0.0;
+      };
       state.counters["all_held_pct"] =
-          loop_ns > 0 ? 100.0 *
-                            static_cast<double>(peer.ledger_all_shards_held_ns() - held_before) /
-                            static_cast<double>(loop_ns)
-                      : 0.0;
+          share_of_loop(peer.ledger_all_shards_held_ns() - held_before);
+      // The same for the allocator's lock (every stream's lock with it).
+      state.counters["streams_held_pct"] = share_of_loop(peer.streams_held_ns() - streams_held_before);
     }
   }
   // Lanes given during the run (docs/design.md 4): a few when threads first contend; more means

@@ -145,6 +145,7 @@ class VramledgerPeer {
   // left to the allocator's lock (PolicyFigures::locked_allocations), and shard events that took
   // the ledger's exact path (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
   std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
+  std::int64_t streams_held_ns() const { return allocator_->policy_figures().streams_held_ns; }
   std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
   std::int64_t ledger_all_shards_held_ns() const { return ledger_.all_shards_held_ns(); }
   std::int64_t ledger_gathered_events() const { return ledger_.gathered_events(); }
