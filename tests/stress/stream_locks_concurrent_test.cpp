@@ -494,10 +494,11 @@ TEST_P(StreamLocksConcurrent, StreamShardsKeepEachPhasesPeaksExact) {
   const Ledger::ShardTally tally = ledger.shard_tally();
   EXPECT_GT(tally.fast, tally.slow) << "fast " << tally.fast << ", slow " << tally.slow;
   EXPECT_GT(tally.fast_with_splits, tally.fast / 4) << "of " << tally.fast;
-  std::printf("stream shards: %llu events on their fast path (%llu with split changes), %llu "
-              "through the ledger's slow path\n",
+  std::printf("stream shards: %llu events on their fast path (%llu with split changes, %llu "
+              "after gathering other shards' credit), %llu through the ledger's slow path\n",
               static_cast<unsigned long long>(tally.fast),
               static_cast<unsigned long long>(tally.fast_with_splits),
+              static_cast<unsigned long long>(tally.gathered),
               static_cast<unsigned long long>(tally.slow));
   expect_consistent(ledger, allocator);
   expect_replay_agrees(ledger);
