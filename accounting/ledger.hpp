@@ -189,7 +189,7 @@ class Ledger final : public AllocatorObserver {
   bool give_credit_to_spare_locked(LedgerShard& shard, std::int64_t divisor) noexcept;
   void return_spare_credit_locked(LedgerShard& shard) noexcept;
   void gather_spare_credit_locked() noexcept;
-  bool gather_credit_shard_by_shard(const LedgerShard& needy) noexcept;
+  bool gather_credit_shard_by_shard(LedgerShard& needy, const AllocatorEvent& event) noexcept;
   void revoke_spare_cell_locked(std::size_t cell, std::size_t kind) noexcept;
   void revoke_spare_credit_locked() noexcept;
   template <typename Visit>
@@ -271,6 +271,7 @@ class Ledger final : public AllocatorObserver {
   ShardTally shard_tally_;            // under mutex_
   mutable std::uint64_t all_held_ns_ = 0;     // ShardTally::all_held_ns; under mutex_
   std::atomic<std::uint64_t> gathered_events_{0};  // ShardTally::gathered
+  std::size_t gather_start_ = 0;  // the shard the next gather visits first; under mutex_
   mutable std::int64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};

@@ -390,27 +390,40 @@ bool Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t diviso
 }
 
 // Before the exact path (Ledger::apply_from_shard), under the ledger's mutex (so the shards stay
-// open) and no shard's mutex: every other stream shard's pool, common and own-stream credit
-// into the spares, one shard at a time, each after handing its staged records to the trace (so
-// the frees that made the credit are in the trace before any raise it pays for). A shard held
-// by its thread, or biased to it (taking it would revoke the bias: a process-wide barrier,
-// which the exact path pays once for all), is passed over. True if any credit moved.
-bool Ledger::gather_credit_shard_by_shard(const LedgerShard& needy) noexcept {
+// open), holding no other shard's mutex while it visits one: the other stream shards, one at a
+// time from where the last gather stopped, each handing its staged records to the trace (so the
+// frees that made its credit are in the trace before any raise it pays for) and giving all its
+// pool, common and own-stream credit to the spares; after each that gave some, `event` is tried
+// on `needy`'s fast path again. A shard held by its thread, or biased to it (taking it would
+// revoke the bias: a process-wide barrier, which the exact path pays once for all), is passed
+// over. True if the event was counted.
+bool Ledger::gather_credit_shard_by_shard(LedgerShard& needy, const AllocatorEvent& event) noexcept {
   std::lock_guard lock(mutex_);
-  bool moved = false;
-  for (const auto& owned : shards_) {
-    LedgerShard& shard = *owned;
+  const std::size_t count = shards_.size();
+  for (std::size_t visited = 0; visited < count; ++visited) {
+    LedgerShard& shard = *shards_[(gather_start_ + visited) % count];
     if (!shard.for_stream_ || &shard == &needy) continue;
     BiasedMutex& mutex = shard.mutex();
     if (!mutex.try_lock_without_revoking()) continue;
+    bool moved = false;
     if (shard.staged_count_ != 0) {
       hand_over_records_locked(shard);  // gives half its credit to the spares
       moved = true;
     }
     moved |= give_credit_to_spare_locked(shard, 1);
     mutex.unlock_auto();
+    if (!moved) continue;
+    BiasedMutex& own = needy.mutex();
+    own.lock_auto();
+    if (needy.staged_count_ == LedgerShard::kStaged) hand_over_records_locked(needy);
+    const bool counted = needy.try_apply(event);
+    own.unlock_auto();
+    if (counted) {
+      gather_start_ = (gather_start_ + visited + 1) % count;  // the next gather drains others first
+      return true;
+    }
   }
-  return moved;
+  return false;
 }
 
 // At a stream shard's fold: half its pool, common and own-stream credit goes to the spares,

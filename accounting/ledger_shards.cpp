@@ -370,13 +370,9 @@ void Ledger::apply_from_shard(LedgerShard& shard, const AllocatorEvent& event) n
   // streams the exact path raised a peak in under a fifth of its events). Gathering theirs one
   // shard at a time stops no other thread for long; the exact path below holds them all.
   if (shard.for_stream_ && fast_kind && event.tag == kUntagged && known_stream &&
-      gather_credit_shard_by_shard(shard)) {
-    std::lock_guard shard_lock(shard.mutex());
-    if (shard.staged_count_ == LedgerShard::kStaged) hand_over_records_locked(shard);
-    if (shard.try_apply(event)) {
-      gathered_events_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
+      gather_credit_shard_by_shard(shard, event)) {
+    gathered_events_.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   std::lock_guard lock(mutex_);
   ++shard_tally_.slow;
