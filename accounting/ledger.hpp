@@ -272,7 +272,7 @@ class Ledger final : public AllocatorObserver {
   mutable std::uint64_t all_held_ns_ = 0;     // ShardTally::all_held_ns; under mutex_
   std::atomic<std::uint64_t> gathered_events_{0};  // ShardTally::gathered
   std::size_t gather_start_ = 0;  // the shard the next gather visits first; under mutex_
-  mutable std::int64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
+  mutable std::uint64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};
   std::array<std::int64_t, kFastPoolStats> outstanding_aggregate_{};

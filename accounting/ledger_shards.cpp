@@ -1,7 +1,6 @@
 // The ledger's shards (ledger_shard.hpp): their fast path, folds, and the slow path; the escrow's
 // credit is in ledger_shard_credit.cpp (docs/design.md, 5.2 has the argument).
 #include <algorithm>
-#include <chrono>
 #include <mutex>
 #include <tuple>
 #include <type_traits>
@@ -10,6 +9,7 @@
 #include "accounting/cheap_clock.hpp"
 #include "accounting/ledger.hpp"
 #include "accounting/ledger_slots.hpp"
+#include "allocator/steady_time.hpp"
 
 namespace vramledger {
 
@@ -18,12 +18,6 @@ using namespace ledger_slots;
 // ------------------------------------------------------------------ the shard's fast path
 
 namespace {
-
-std::int64_t steady_now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The fields of an event the shard's fast path reads. Field by field on purpose: the caller has
 // just written the event field by field, and a load wider than the store it reads from (a
@@ -232,7 +226,7 @@ void Ledger::lock_shards() const noexcept {
 void Ledger::unlock_shards() const noexcept {
   shards_held_ = false;
   for (auto it = shards_.rbegin(); it != shards_.rend(); ++it) (*it)->mutex().unlock();
-  all_held_ns_ += static_cast<std::uint64_t>(steady_now_ns() - all_held_since_ns_);
+  all_held_ns_ += steady_now_ns() - all_held_since_ns_;
 }
 
 // Moves every shard's staged records into the trace and its deltas into the counters. No value

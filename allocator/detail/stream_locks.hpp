@@ -11,11 +11,11 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
 #include "allocator/biased_mutex.hpp"
+#include "allocator/steady_time.hpp"
 #include "allocator/detail/stream_heaps.hpp"
 
 namespace vramledger {
@@ -43,7 +43,7 @@ class StreamLocks {
       }
     }
     if (held_since_ns_ != 0) {
-      streams_held_ns_ += steady_ns() - held_since_ns_;
+      streams_held_ns_ += steady_now_ns() - held_since_ns_;
       held_since_ns_ = 0;
     }
     global_.unlock();
@@ -120,7 +120,7 @@ class StreamLocks {
   void lock_published_streams() noexcept {
     static_assert(kSlots <= 64, "one bit per slot");
     const std::size_t used = used_.load(std::memory_order_relaxed);
-    held_since_ns_ = used != 0 ? steady_ns() : 0;
+    held_since_ns_ = used != 0 ? steady_now_ns() : 0;
     std::uint64_t revoking = 0;  // finish_lock only those: one taken on its owner's path holds
                                  // no inner lock, so its revocation flags are another's to touch
     for (std::size_t i = 0; i < used; ++i) {
@@ -134,12 +134,6 @@ class StreamLocks {
       if ((revoking >> i & 1) == 0) continue;
       slots_[i].heaps.load(std::memory_order_relaxed)->mutex.finish_lock();
     }
-  }
-
-  static std::uint64_t steady_ns() noexcept {
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                          std::chrono::steady_clock::now().time_since_epoch())
-                                          .count());
   }
 
   struct Slot {
