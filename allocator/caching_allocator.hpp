@@ -37,6 +37,12 @@ struct PolicyFigures {
   // Allocations the per-stream fast path left to the allocator's lock once it was open (growth,
   // pages to map, pending frees, a lane change): each stops every stream's thread meanwhile.
   std::int64_t locked_allocations = 0;
+  // Paged heap: of those, the ones whose stream's room for active bytes was short while the
+  // spare and every other stream's room together could not cover it (detail/active_bytes.cpp);
+  // and the times the peak of active bytes rose (any path): a shortfall that raised no peak
+  // found room that was moving between streams.
+  std::int64_t room_shortfalls = 0;
+  std::int64_t active_peak_rises = 0;
   // Nanoseconds the allocator's lock was held (every stream's lock with it) while the per-stream
   // fast path was open: time each stream's thread may have waited.
   std::int64_t streams_held_ns = 0;

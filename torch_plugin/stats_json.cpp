@@ -100,6 +100,8 @@ void write_policy(JsonWriter& object, const PolicyFigures& figures) {
   policy.number("stream_heaps", figures.stream_heaps);
   policy.number("lane_choices", figures.lane_choices);
   policy.number("locked_allocations", figures.locked_allocations);
+  policy.number("room_shortfalls", figures.room_shortfalls);
+  policy.number("active_peak_rises", figures.active_peak_rises);
   policy.number("unmaps_in_background", figures.unmaps_in_background);
   policy.number("unmaps_on_demand", figures.unmaps_on_demand);
   policy.number("unmaps_pending", figures.unmaps_pending);

@@ -151,6 +151,9 @@ inline PolicyFigures CachingAllocator::Impl::policy_figures_locked() const {
   figures.stream_heaps = static_cast<std::int64_t>(streams_.size());
   figures.lane_choices = static_cast<std::int64_t>(lane_choices_);
   figures.locked_allocations = static_cast<std::int64_t>(locked_allocations_);
+  figures.room_shortfalls =
+      static_cast<std::int64_t>(room_shortfalls_.load(std::memory_order_relaxed));
+  figures.active_peak_rises = static_cast<std::int64_t>(peak_rises_);
   figures.streams_held_ns = static_cast<std::int64_t>(mutex_.streams_held_ns());
   figures.unmaps_in_background =
       static_cast<std::int64_t>(background_unmaps_.unmapped_by_helper());

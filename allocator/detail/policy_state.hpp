@@ -433,6 +433,10 @@ class CachingAllocator::Impl {
     std::atomic<std::size_t> bytes{0};
   };
   SpareRoom active_spare_;
+  // PolicyFigures::room_shortfalls (counted on fast paths) and active_peak_rises (under the
+  // allocator's lock).
+  std::atomic<std::uint64_t> room_shortfalls_{0};
+  std::uint64_t peak_rises_ = 0;
   // Times the calling thread blocked until the GPU finished queued work (wait_for_gpu_event,
   // wait_for_device): BlockCensus::host_waits. Atomic: read by census() without the waits' lock.
   std::atomic<std::uint64_t> host_waits_{0};

@@ -138,10 +138,15 @@ struct alignas(64) StreamHeaps {
   // Under the allocator's lock: the clock at the last choice of a lane for a thread of this
   // stream (Impl::new_lane_for); a lane whose clock has not moved since is free to give again.
   std::uint64_t allocations_at_lane_choice = 0;
-  // Paged heap (detail/active_bytes.cpp), under `mutex`: the bytes of these heaps' active blocks,
-  // and the room they may grow by before the allocator's peak of active bytes would rise.
+  // Paged heap (detail/active_bytes.cpp): the bytes of these heaps' active blocks (under
+  // `mutex`), and the room they may grow by before the allocator's peak of active bytes would
+  // rise. The room is atomic: other streams' fast paths short of room take from it without this
+  // stream's lock (a try_lock there failed while its thread was inside, or revoked its bias).
+  // `claimed_room`, under `mutex`: room set aside for the allocation being made, between the
+  // room check and hand_out (0 between operations, but for a failed one's leftover).
   std::size_t active_bytes = 0;
-  std::size_t active_room = 0;
+  std::atomic<std::size_t> active_room{0};
+  std::size_t claimed_room = 0;
 };
 
 }  // namespace vramledger

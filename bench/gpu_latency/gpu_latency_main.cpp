@@ -355,8 +355,10 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   std::int64_t held_before = 0;
   std::int64_t gathered_before = 0;
   std::int64_t streams_held_before = 0;
+  PolicyFigures policy_before;
   if constexpr (requires { peer.locked_allocations(); }) {
     if (thread == 0) {
+      policy_before = peer.policy_figures();
       locked_before = peer.locked_allocations();
       slow_before = peer.ledger_slow_events();
       held_before = peer.ledger_all_shards_held_ns();
@@ -393,6 +395,15 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
           1000.0 * static_cast<double>(peer.ledger_slow_events() - slow_before) / pairs;
       state.counters["gathered_per_kpair"] =
           1000.0 * static_cast<double>(peer.ledger_gathered_events() - gathered_before) / pairs;
+      // Paged heap: locked allocations whose room for active bytes was short everywhere, and
+      // the rises of the peak of active bytes (detail/active_bytes.cpp).
+      const PolicyFigures policy = peer.policy_figures();
+      state.counters["room_per_kpair"] =
+          1000.0 * static_cast<double>(policy.room_shortfalls - policy_before.room_shortfalls) /
+          pairs;
+      state.counters["rises_per_kpair"] =
+          1000.0 *
+          static_cast<double>(policy.active_peak_rises - policy_before.active_peak_rises) / pairs;
       // The share of thread 0's loop during which every ledger shard was held (the exact path,
       // the allocator's own events): time no thread could count an event in its shard.
       const auto loop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -146,6 +146,7 @@ class VramledgerPeer {
   // the ledger's exact path (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
   std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
   std::int64_t streams_held_ns() const { return allocator_->policy_figures().streams_held_ns; }
+  PolicyFigures policy_figures() const { return allocator_->policy_figures(); }
   std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
   std::int64_t ledger_all_shards_held_ns() const { return ledger_.all_shards_held_ns(); }
   std::int64_t ledger_gathered_events() const { return ledger_.gathered_events(); }

@@ -213,6 +213,50 @@ TEST(StreamLocksConcurrentPaged, ATightestMappedRunIsTakenOnTheFastPath) {
   for (const DevicePtr ptr : {on_a, on_b, fence}) allocator.deallocate(ptr);
 }
 
+// Paged heap: a stream whose room for active bytes is short takes it from another stream's room
+// without that stream's lock (detail/active_bytes.cpp). Here the room b needs is a's, and a's
+// lock is held by a's allocation (its event held by the observer): b's allocation is still
+// served on the fast path, raising no peak. Before (a try_lock of a's lock), the shortfall went
+// to the allocator's lock and b waited for a.
+TEST(StreamLocksConcurrentPaged, AShortRoomTakesFromAnotherStreamWhileItsLockIsHeld) {
+  TwoStreamRig rig(Heap::kPaged);
+  auto& [device, a, b, observer, allocator] = rig;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  // The peak: 41 MiB live at once (a: 12 + 8 + 1 side by side; b: 20).
+  const DevicePtr a12 = allocator.allocate(12 * kMiB, a);
+  const DevicePtr a8 = allocator.allocate(8 * kMiB, a);
+  const DevicePtr a1 = allocator.allocate(kMiB, a);
+  const DevicePtr b20 = allocator.allocate(20 * kMiB, b);
+  // Frees past a room of 16 MiB give all but 8 MiB to the shared spare: rooms a 8, b 8, spare 24.
+  allocator.deallocate(a8);
+  allocator.deallocate(a12);
+  allocator.deallocate(b20);
+  // a takes its 20 MiB back (its room's 8 and 12 from the spare, with 8 more for its room), then
+  // frees its 1 MiB: rooms a 9, b 8, spare 4, with 20 MiB live.
+  const DevicePtr a20 = allocator.allocate(20 * kMiB, a);
+  allocator.deallocate(a1);
+  const PolicyFigures before = allocator.policy_figures();
+  ASSERT_EQ(before.peak_active_bytes, static_cast<std::int64_t>(41 * kMiB));
+  // a's 1 MiB (room a 8) is held inside the allocator with a's lock; b's 15 MiB, on b's mapped
+  // pages, is short of 7 MiB that the spare (4) lacks and a's room holds.
+  const auto [on_a, on_b] =
+      allocate_on_b_while_a_waits(allocator, observer, a, kMiB, b, 15 * kMiB);
+  EXPECT_TRUE(observer.met()) << "the allocation on stream b waited for stream a's lock";
+  const PolicyFigures after = allocator.policy_figures();
+  EXPECT_EQ(after.locked_allocations, before.locked_allocations);
+  EXPECT_EQ(after.room_shortfalls, before.room_shortfalls);
+  EXPECT_EQ(after.active_peak_rises, before.active_peak_rises);
+  EXPECT_EQ(after.peak_active_bytes, before.peak_active_bytes);
+  EXPECT_NO_THROW(allocator.census());  // rooms, spare and active bytes still sum to the peak
+  // A real rise (36 MiB live, 16 more): the allocator's lock raises the peak to the sum, 52 MiB.
+  const DevicePtr more = allocator.allocate(16 * kMiB, b);
+  const PolicyFigures risen = allocator.policy_figures();
+  EXPECT_EQ(risen.peak_active_bytes, static_cast<std::int64_t>(52 * kMiB));
+  EXPECT_GT(risen.active_peak_rises, after.active_peak_rises);
+  EXPECT_NO_THROW(allocator.census());
+  for (const DevicePtr ptr : {on_a, on_b, a20, more}) allocator.deallocate(ptr);
+}
+
 // BlockCensus::locked_allocations counts what the fast path leaves to the allocator's lock once
 // it is open, and nothing before: a warm allocation adds nothing, one that must grow adds one.
 TEST_P(StreamLocksConcurrent, LockedAllocationsCountWhatTheFastPathLeaves) {
