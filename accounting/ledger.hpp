@@ -24,7 +24,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -272,13 +271,7 @@ class Ledger final : public AllocatorObserver {
   ShardTally shard_tally_;            // under mutex_
   mutable std::uint64_t all_held_ns_ = 0;     // ShardTally::all_held_ns; under mutex_
   std::atomic<std::uint64_t> gathered_events_{0};  // ShardTally::gathered
-  // The shard the next gather visits first (a hint: gathers run side by side).
-  std::atomic<std::size_t> gather_start_{0};
-  // Keeps `shards_` as it is while gathers walk it without the ledger's mutex
-  // (gather_credit_shard_by_shard: shared); opening and closing a shard change it (exclusive,
-  // under mutex_ too, before any shard's mutex). Lock order: mutex_ -> shard_list_mutex_ ->
-  // shards' mutexes.
-  mutable std::shared_mutex shard_list_mutex_;
+  std::size_t gather_start_ = 0;  // the shard the next gather visits first; under mutex_
   mutable std::uint64_t all_held_since_ns_ = 0;  // when lock_shards() began; under mutex_
   std::vector<std::unique_ptr<LedgerShard>> shards_;  // ascending address: the lock order
   std::array<std::array<std::int64_t, kFastPoolStats>, 2> outstanding_pool_{};

@@ -389,12 +389,8 @@ bool Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t diviso
   return gave;
 }
 
-// Before the exact path (Ledger::apply_from_shard), with the shard list held shared (so the
-// shards stay open) but not the ledger's mutex, which nothing here needs (the spares are atomics,
-// a shard's records and credit are under its own mutex, the trace under trace_mutex_): gathers of
-// different threads run side by side (under the ledger's mutex, 16 threads of the paged ring
-// spent a fifth of their time asleep waiting for it, H100 host, session 31). Holding no other
-// shard's mutex while it visits one: the other stream shards, one at a
+// Before the exact path (Ledger::apply_from_shard), under the ledger's mutex (so the shards stay
+// open), holding no other shard's mutex while it visits one: the other stream shards, one at a
 // time from where the last gather stopped, each handing its staged records to the trace (so the
 // frees that made its credit are in the trace before any raise it pays for) and giving all its
 // pool, common and own-stream credit to the spares; after each that gave some, `event` is tried
@@ -402,11 +398,10 @@ bool Ledger::give_credit_to_spare_locked(LedgerShard& shard, std::int64_t diviso
 // revoke the bias: a process-wide barrier, which the exact path pays once for all), is passed
 // over. True if the event was counted.
 bool Ledger::gather_credit_shard_by_shard(LedgerShard& needy, const AllocatorEvent& event) noexcept {
-  std::shared_lock list_lock(shard_list_mutex_);
+  std::lock_guard lock(mutex_);
   const std::size_t count = shards_.size();
-  const std::size_t start = gather_start_.load(std::memory_order_relaxed) % count;
   for (std::size_t visited = 0; visited < count; ++visited) {
-    LedgerShard& shard = *shards_[(start + visited) % count];
+    LedgerShard& shard = *shards_[(gather_start_ + visited) % count];
     if (!shard.for_stream_ || &shard == &needy) continue;
     BiasedMutex& mutex = shard.mutex();
     if (!mutex.try_lock_without_revoking()) continue;
@@ -424,8 +419,7 @@ bool Ledger::gather_credit_shard_by_shard(LedgerShard& needy, const AllocatorEve
     const bool counted = needy.try_apply(event);
     own.unlock_auto();
     if (counted) {
-      // The next gather drains others first.
-      gather_start_.store((start + visited + 1) % count, std::memory_order_relaxed);
+      gather_start_ = (gather_start_ + visited + 1) % count;  // the next gather drains others first
       return true;
     }
   }

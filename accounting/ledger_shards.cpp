@@ -176,7 +176,6 @@ ObserverShard* Ledger::open_shard_of_kind(bool for_stream) {
   }
   auto shard = std::make_unique<LedgerShard>(*this, for_stream);
   LedgerShard* opened = shard.get();
-  std::unique_lock list_lock(shard_list_mutex_);  // no gather walks the list meanwhile
   const auto at = std::upper_bound(
       shards_.begin(), shards_.end(), opened,
       [](const LedgerShard* a, const std::unique_ptr<LedgerShard>& b) { return a < b.get(); });
@@ -187,8 +186,6 @@ ObserverShard* Ledger::open_shard_of_kind(bool for_stream) {
 
 void Ledger::close_shard(ObserverShard* closing) noexcept {
   std::lock_guard lock(mutex_);
-  // Before any shard's mutex: a gather holds the list shared while it takes them.
-  std::unique_lock list_lock(shard_list_mutex_);
   lock_shards();
   fold_locked();
   for (auto it = shards_.begin(); it != shards_.end(); ++it) {
