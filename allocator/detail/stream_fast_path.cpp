@@ -122,8 +122,9 @@ inline DevicePtr CachingAllocator::Impl::stream_allocate(std::size_t bytes, std:
       block = best.block;
       address = best.address;
     }
-    // Once the place is known (a miss leaves the rooms alone): the peak of active bytes would
-    // rise, so the allocator's lock serves it (detail/active_bytes.cpp).
+    // Once the place is known (a miss leaves the rooms alone): short of room that no stream
+    // and no spare holds, the peak of active bytes would rise, so the allocator's lock serves
+    // it (detail/active_bytes.cpp).
     if (!take_active_room(*heaps, size)) return 0;
     block = take_from_span(index, block, address, size, split);
   } else {

@@ -68,7 +68,8 @@ class StreamLocks {
   }
 
   // Calls `visit` with every published heaps until it returns true; no lock taken or needed
-  // (as find): the caller locks what it uses, with try_lock only if it holds a stream's lock.
+  // (as find): the caller locks what it uses, with try_lock only if it holds a stream's lock, or
+  // touches only atomics (a room of active bytes, detail/active_bytes.cpp).
   template <typename Visit>
   void for_each_published(Visit&& visit) const {
     const std::size_t used = used_.load(std::memory_order_acquire);
