@@ -15,7 +15,10 @@
 #
 # Time (H200, 2026-12-04): the suite's core steps with hooks 12 and 14 ~190 s, hook 20 (torch
 # plugin, quick: build ~30 s, installed ~27 s, processes ~120 s, sleep ~70 s) ~250 s more — at
-# --suite-s 260 it was cut off in `processes`; staging ~35 s. Each (workload, allocator) process
+# --suite-s 260 it was cut off in `processes`; staging ~35 s. On a slower H100 host (session 31)
+# hook 20 took 363 s, and with hooks 12,14,20,30 at --suite-s 540 the latency step had 42 s
+# left and timed out: there, run hooks 12,14,20 in one call and --hooks 30 in the next (the
+# core steps run again, ~60 s; the build is kept while the machine stays warm). Each (workload, allocator) process
 # takes 10-35 s (bench/end_to_end/parallel_runs.py has the figures), so on one GPU, where the
 # end-to-end runs follow the suite, choose --workloads and --runs to fit --e2e-s (all seven
 # workloads with three allocators need ~380 s per run one after another; with --together, all
