@@ -350,20 +350,16 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   if constexpr (requires { peer.lane_choices(); }) {
     if (thread == 0) lane_choices_before = peer.lane_choices();
   }
-  std::int64_t locked_before = 0;
   std::int64_t slow_before = 0;
   std::int64_t held_before = 0;
   std::int64_t gathered_before = 0;
-  std::int64_t streams_held_before = 0;
   PolicyFigures policy_before;
-  if constexpr (requires { peer.locked_allocations(); }) {
+  if constexpr (requires { peer.policy_figures(); }) {
     if (thread == 0) {
       policy_before = peer.policy_figures();
-      locked_before = peer.locked_allocations();
       slow_before = peer.ledger_slow_events();
       held_before = peer.ledger_all_shards_held_ns();
       gathered_before = peer.ledger_gathered_events();
-      streams_held_before = peer.streams_held_ns();
     }
   }
   const auto loop_start = std::chrono::steady_clock::now();
@@ -386,18 +382,20 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
   }
   // What the threads still share, per thousand pairs of all threads: allocations that took the
   // allocator's lock, and ledger events that took its exact path (every shard's mutex).
-  if constexpr (requires { peer.locked_allocations(); }) {
+  if constexpr (requires { peer.policy_figures(); }) {
     if (thread == 0) {
       const auto pairs = static_cast<double>(state.iterations()) * state.threads();
+      const PolicyFigures policy = peer.policy_figures();
       state.counters["locked_per_kpair"] =
-          1000.0 * static_cast<double>(peer.locked_allocations() - locked_before) / pairs;
+          1000.0 *
+          static_cast<double>(policy.locked_allocations - policy_before.locked_allocations) /
+          pairs;
       state.counters["exact_per_kpair"] =
           1000.0 * static_cast<double>(peer.ledger_slow_events() - slow_before) / pairs;
       state.counters["gathered_per_kpair"] =
           1000.0 * static_cast<double>(peer.ledger_gathered_events() - gathered_before) / pairs;
       // Paged heap: locked allocations whose room for active bytes was short everywhere, and
       // the rises of the peak of active bytes (detail/active_bytes.cpp).
-      const PolicyFigures policy = peer.policy_figures();
       state.counters["room_per_kpair"] =
           1000.0 * static_cast<double>(policy.room_shortfalls - policy_before.room_shortfalls) /
           pairs;
@@ -415,7 +413,8 @@ void ring_case(benchmark::State& state, const std::string& registered_name, Peer
       state.counters["all_held_pct"] =
           share_of_loop(peer.ledger_all_shards_held_ns() - held_before);
       // The same for the allocator's lock (every stream's lock with it).
-      state.counters["streams_held_pct"] = share_of_loop(peer.streams_held_ns() - streams_held_before);
+      state.counters["streams_held_pct"] =
+          share_of_loop(policy.streams_held_ns - policy_before.streams_held_ns);
     }
   }
   // Lanes given during the run (docs/design.md 4): a few when threads first contend; more means

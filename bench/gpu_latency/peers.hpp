@@ -141,11 +141,10 @@ class VramledgerPeer {
   std::int64_t driver_calls() const { return ledger_.driver_calls(); }
   // Lanes given to threads so far (BlockCensus::lane_choices; takes the allocator's lock).
   std::int64_t lane_choices() const { return allocator_->census().lane_choices; }
-  // Where the hot path's work went (docs/design.md 4, 5.2): allocations the per-stream fast path
-  // left to the allocator's lock (PolicyFigures::locked_allocations), and shard events that took
-  // the ledger's exact path (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
-  std::int64_t locked_allocations() const { return allocator_->policy_figures().locked_allocations; }
-  std::int64_t streams_held_ns() const { return allocator_->policy_figures().streams_held_ns; }
+  // Where the hot path's work went (docs/design.md 4, 5.2): the policy's running figures
+  // (allocations the per-stream fast path left to the allocator's lock, the time it was held,
+  // rooms short everywhere, ...), and shard events that took the ledger's exact path
+  // (Ledger::ShardTally::slow: the ledger's mutex and every shard's).
   PolicyFigures policy_figures() const { return allocator_->policy_figures(); }
   std::int64_t ledger_slow_events() const { return ledger_.slow_events(); }
   std::int64_t ledger_all_shards_held_ns() const { return ledger_.all_shards_held_ns(); }
