@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -13,6 +12,7 @@
 
 #include "allocator/allocator_events.hpp"
 #include "allocator/detail/block.hpp"
+#include "allocator/detail/mapped_run_index.hpp"
 
 namespace vramledger {
 
@@ -37,13 +37,6 @@ struct PageMapping {
   PhysicalHandle handle = 0;
   std::size_t head = 0;
 };
-
-// A value no span's mapped_version has had before, in this process: a summary stamped with one
-// span's version can never match another span's.
-inline std::uint64_t next_mapping_version() {
-  static std::atomic<std::uint64_t> last{0};
-  return last.fetch_add(1, std::memory_order_relaxed) + 1;
-}
 
 // Bits set in `bits`, inline: std::popcount compiles to a call of libgcc's __popcountdi2 on
 // baseline x86-64 (no POPCNT instruction assumed).
@@ -72,8 +65,9 @@ struct alignas(64) AddressRange {
   std::vector<PageMapping> page_mapping;
   std::vector<std::uint64_t> mapped_bits;
   std::size_t mapped_pages = 0;
-  // Changes (next_mapping_version) whenever mapped_bits does; 0 while no page was ever mapped.
-  std::uint64_t mapped_version = 0;
+  // The owner's index of free blocks' mapped runs for this span's pool, told of every change of
+  // mapped_bits (set_chunk_mapped, clear_chunk_mapped).
+  MappedRunIndex* run_index = nullptr;
   // The owner stream's clock (StreamHeaps::allocations) when each page last became wholly free.
   std::vector<std::uint64_t> page_idle_since;
   // Pages whose physical memory was aliased to another address of the same stream
@@ -203,7 +197,7 @@ struct alignas(64) AddressRange {
       page_mapping[page] = PageMapping{chunk.handle, first};
     }
     mapped_pages += chunk.pages;
-    mapped_version = next_mapping_version();
+    if (run_index != nullptr) run_index->note_mapping_change(this, first, first + chunk.pages);
   }
   // Forgets the chunk mapped from page `head` on (which must be its first page); returns it.
   PhysicalChunk clear_chunk_mapped(std::size_t head) {
@@ -213,7 +207,7 @@ struct alignas(64) AddressRange {
       page_mapping[page] = PageMapping{};
     }
     mapped_pages -= chunk.pages;
-    mapped_version = next_mapping_version();
+    if (run_index != nullptr) run_index->note_mapping_change(this, head, head + chunk.pages);
     return chunk;
   }
   bool is_chunk_head(std::size_t page) const {

@@ -2,7 +2,6 @@
 // span) in address order; free neighbours are merged at once.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -13,6 +12,7 @@
 namespace vramledger {
 
 struct AddressRange;
+struct MappedRun;
 struct StreamHeaps;
 class ThreadCache;
 
@@ -41,28 +41,16 @@ struct Block {
   std::vector<StreamHandle> stream_uses;  // other streams recorded with record_stream
   ThreadCache* front = nullptr;  // the front cache managing this allocated block, if any
 
-  // Paged heap, free blocks: the block's runs of mapped pages (clipped to the block), as
-  // tightest_mapped_run last found them; valid while the block's extent and its span's
-  // AddressRange::mapped_version are the ones recorded (detail/page_placement.cpp).
-  struct MappedRuns {
-    static constexpr std::uint64_t kNever = ~std::uint64_t{0};
-    // Runs kept: on T5's trace 88% of the fits whose longest run could hold the allocation had
-    // at most four runs (two: 61%), the rest are scanned again.
-    static constexpr std::size_t kKept = 4;
-    struct Run {
-      DevicePtr from = 0;
-      std::size_t bytes = 0;
-      bool operator==(const Run&) const = default;
-    };
-    std::uint64_t version = kNever;  // the span's mapped_version when found
-    DevicePtr address = 0;           // the block's extent when found
-    std::size_t size = 0;
-    std::size_t longest = 0;         // bytes of the longest run
-    std::uint32_t count = 0;         // runs, counted up to kKept + 1
-    std::array<Run, kKept> runs{};   // the first min(count, kKept), in address order; then empty
-    bool operator==(const MappedRuns&) const = default;
-  };
-  MappedRuns mapped_runs;
+  // The free-block index's insert sequence when the block entered it (FreeBlockIndex::insert):
+  // within a bin, newer blocks come first.
+  std::uint64_t free_seq = 0;
+  // Paged heap, free span blocks: MappedRunIndex's bookkeeping (detail/mapped_run_index.hpp) —
+  // the block's runs of mapped pages once scanned, and its place in the index's queue of blocks
+  // to scan or list of blocks scanned.
+  MappedRun* mapped_runs = nullptr;
+  Block* run_list_prev = nullptr;
+  Block* run_list_next = nullptr;
+  std::uint8_t run_list = 0;
 
   DevicePtr end() const { return address + size; }
   bool is_active() const { return state != BlockState::kFree; }

@@ -13,6 +13,11 @@ inline Block* CachingAllocator::Impl::add_range(StreamHeaps& heaps, PoolKind poo
   range->owner = &heaps;
   range->pool = pool;
   range->is_span = is_span;
+  if (is_span) {
+    FreeBlockIndex& index = heaps.free[pool_index(pool)];
+    index.track_mapped_runs(page_bytes_);
+    range->run_index = &index.mapped_runs();
+  }
   Block* block = heaps.blocks.create();
   block->address = base;
   block->size = bytes;

@@ -115,7 +115,7 @@ CachingAllocator::Impl::placement_needing_fewest_new_pages(const FreeBlockIndex&
 // plentiful rule's figures, so a stream's fast path makes the same choice under its own lock
 // (detail/stream_fast_path.cpp).
 inline CachingAllocator::Impl::Placement
-CachingAllocator::Impl::placement_when_best_fit_needs_pages(const FreeBlockIndex& index,
+CachingAllocator::Impl::placement_when_best_fit_needs_pages(FreeBlockIndex& index,
                                                             PoolKind pool, std::size_t size,
                                                             Block* best_fit) const {
   Placement best = placement_needing_fewest_new_pages(index, size, best_fit);
@@ -147,83 +147,51 @@ inline bool CachingAllocator::Impl::idle_mapped_memory_is_plentiful(PoolKind poo
          reserved_bytes_ * kPlentifulIdlePercent;
 }
 
-// Calls visit(from, to) for each run of mapped pages of `block`'s span inside the block,
-// clipped to it, in address order; stops when visit returns true.
-template <typename Visit>
-inline void CachingAllocator::Impl::for_each_mapped_run(const Block& block, Visit&& visit) const {
-  const AddressRange& span = *block.range;
-  const std::size_t last = page_of(span, block.end() - 1) + 1;
-  for (std::size_t first = span.next_page(true, page_of(span, block.address), last); first < last;
-       first = span.next_page(true, first, last)) {
-    const std::size_t end = span.next_page(false, first, last);
-    const DevicePtr from = std::max(block.address, span.base + first * page_bytes_);
-    const DevicePtr to = std::min(block.end(), span.base + end * page_bytes_);
-    if (visit(from, to)) return;
-    first = end;
-  }
-}
-
-// `block`'s runs of mapped pages, found again if its extent or its span's mappings changed
-// since they were last found. In a steady state (no page mapped or unmapped in the span) every
-// fit's runs stand, so tightest_mapped_run reads a few kept runs per fit instead of scanning its
-// pages (T5's trace, steady state: 97.5% of the fits looked at had their runs at hand).
-inline const Block::MappedRuns& CachingAllocator::Impl::mapped_runs_of(Block& block) const {
-  Block::MappedRuns& runs = block.mapped_runs;
-  if (runs.version == block.range->mapped_version && runs.address == block.address &&
-      runs.size == block.size) {
-    // Debug builds (the sanitizer runs): the kept runs are what a scan finds now.
-    assert(runs == scan_mapped_runs(block));
-    return runs;
-  }
-  runs = scan_mapped_runs(block);
-  return runs;
-}
-
-// `block`'s runs of mapped pages as its span's pages stand now, stamped with the span's
-// mapped_version and the block's extent.
-inline Block::MappedRuns CachingAllocator::Impl::scan_mapped_runs(const Block& block) const {
-  Block::MappedRuns runs;
-  runs.version = block.range->mapped_version;
-  runs.address = block.address;
-  runs.size = block.size;
-  for_each_mapped_run(block, [&](DevicePtr from, DevicePtr to) {
-    if (runs.count < Block::MappedRuns::kKept) runs.runs[runs.count] = {from, to - from};
-    if (runs.count <= Block::MappedRuns::kKept) ++runs.count;
-    runs.longest = std::max<std::size_t>(runs.longest, to - from);
-    return false;
-  });
-  return runs;
-}
-
 // The tightest run of mapped pages, within one free block of `index`, that holds `size` bytes
-// at its start, or nullopt. Its pages are mapped, so the allocation needs no driver call (a
-// page still mapped at an old address of aliased memory counts as unmapped in mapped_bits).
+// at its start, or nullopt; among runs of the same length, the first that a walk over
+// index.for_each_fit would reach (bins ascending, newest block first, runs in address order),
+// which the corpus figures depend on. Its pages are mapped, so the allocation needs no driver
+// call (a page still mapped at an old address of aliased memory counts as unmapped in
+// mapped_bits). Found in the index's runs by length (detail/mapped_run_index.hpp): walking
+// every fit instead was ~40% of the paged heap's CPU on the GPT-2 and T5 training traces (12,397
+// calls visiting 37.5 fits each on GPT-2's; bench/results/2026-12-05-session-31-cpu.md).
 inline std::optional<CachingAllocator::Impl::Placement>
-CachingAllocator::Impl::tightest_mapped_run(const FreeBlockIndex& index, std::size_t size) const {
+CachingAllocator::Impl::tightest_mapped_run(FreeBlockIndex& index, std::size_t size) const {
+  std::optional<Placement> found;
+  if (const MappedRun* run = index.mapped_runs().tightest(size)) {
+    found = Placement{run->block, run->from, {false, 0}};
+  }
+#ifndef NDEBUG
+  // Debug builds (the sanitizer runs): the walk the index replaces chooses the same.
+  const std::optional<Placement> walked = tightest_mapped_run_by_walk(index, size);
+  assert(walked.has_value() == found.has_value());
+  assert(!found || (walked->block == found->block && walked->address == found->address));
+#endif
+  return found;
+}
+
+// The same choice by walking every fit and scanning its pages: the definition the index must
+// match, for debug builds' checks and tests.
+inline std::optional<CachingAllocator::Impl::Placement>
+CachingAllocator::Impl::tightest_mapped_run_by_walk(const FreeBlockIndex& index,
+                                                    std::size_t size) const {
   std::optional<Placement> best;
   std::size_t best_bytes = SIZE_MAX;
-  const auto consider = [&](Block* block, DevicePtr from, std::size_t bytes) {
-    if (bytes >= size && bytes < best_bytes) {
-      best_bytes = bytes;
-      best = Placement{block, from, {false, 0}};
-    }
-  };
-  // Only blocks of at least `size` bytes can hold such a run: the fits, in the order for_each
-  // would reach them (a tie keeps the first), without walking every smaller free block.
   index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* block) {
     if (!block->range->is_span || best_bytes == size) return;
-    const Block::MappedRuns& runs = mapped_runs_of(*block);
-    if (runs.longest < size) return;  // none of its runs holds the allocation
-    if (runs.count <= Block::MappedRuns::kKept) {
-      for (std::uint32_t i = 0; i < runs.count; ++i) {
-        consider(block, runs.runs[i].from, runs.runs[i].bytes);
+    const AddressRange& span = *block->range;
+    const std::size_t last = page_of(span, block->end() - 1) + 1;
+    for (std::size_t first = span.next_page(true, page_of(span, block->address), last);
+         first < last; first = span.next_page(true, first, last)) {
+      const std::size_t end = span.next_page(false, first, last);
+      const DevicePtr from = std::max(block->address, span.base + first * page_bytes_);
+      const DevicePtr to = std::min(block->end(), span.base + end * page_bytes_);
+      if (to - from >= size && to - from < best_bytes) {
+        best_bytes = to - from;
+        best = Placement{block, from, {false, 0}};
       }
-      return;
+      first = end;
     }
-    for_each_mapped_run(*block, [&](DevicePtr from, DevicePtr to) {
-      consider(block, from, to - from);
-      return false;
-    });
   });
   return best;
 }

@@ -228,7 +228,7 @@ class CachingAllocator::Impl {
   Placement best_place_in(Block* candidate, std::size_t size) const;
   Placement placement_needing_fewest_new_pages(const FreeBlockIndex& index, std::size_t size,
                                                Block* best_fit) const;
-  Placement placement_when_best_fit_needs_pages(const FreeBlockIndex& index, PoolKind pool,
+  Placement placement_when_best_fit_needs_pages(FreeBlockIndex& index, PoolKind pool,
                                                 std::size_t size, Block* best_fit) const;
   bool idle_mapped_memory_is_plentiful(PoolKind pool) const;
   // Every stream's StreamHeaps::free_mapped_pages of pool `p`: exact under the allocator's lock;
@@ -239,12 +239,9 @@ class CachingAllocator::Impl {
     for (const auto& heaps : streams_) pages += heaps->free_mapped_pages[p];
     return pages;
   }
-  std::optional<Placement> tightest_mapped_run(const FreeBlockIndex& index,
-                                               std::size_t size) const;
-  template <typename Visit>
-  void for_each_mapped_run(const Block& block, Visit&& visit) const;
-  const Block::MappedRuns& mapped_runs_of(Block& block) const;
-  Block::MappedRuns scan_mapped_runs(const Block& block) const;
+  std::optional<Placement> tightest_mapped_run(FreeBlockIndex& index, std::size_t size) const;
+  std::optional<Placement> tightest_mapped_run_by_walk(const FreeBlockIndex& index,
+                                                       std::size_t size) const;
   std::size_t pages_to_map(const AddressRange& span, DevicePtr address, std::size_t size) const;
   Block* add_span(StreamHeaps& heaps, PoolKind pool, std::size_t size);
   void map_pages_for(AddressRange& span, DevicePtr address, std::size_t size);
