@@ -51,8 +51,8 @@ void MappedRunIndex::note_mapping_change(const AddressRange* span, std::size_t f
 
 bool MappedRunIndex::overlaps_a_change(const Block& block) const {
   const AddressRange& span = *block.range;
-  const std::size_t first = (block.address - span.base) / page_bytes_;
-  const std::size_t end = (block.end() - 1 - span.base) / page_bytes_ + 1;
+  const std::size_t first = page_at(block.address - span.base);
+  const std::size_t end = page_at(block.end() - 1 - span.base) + 1;
   return std::any_of(changes_.begin(), changes_.end(), [&](const Change& change) {
     return change.span == &span && change.first < end && first < change.end;
   });
@@ -86,9 +86,9 @@ void MappedRunIndex::sync() {
 // Finds `block`'s runs of mapped pages, clipped to it, in address order, and bins them.
 void MappedRunIndex::scan(Block* block) {
   const AddressRange& span = *block->range;
-  const std::size_t last = (block->end() - 1 - span.base) / page_bytes_ + 1;
+  const std::size_t last = page_at(block->end() - 1 - span.base) + 1;
   MappedRun** tail = &block->mapped_runs;
-  for (std::size_t first = span.next_page(true, (block->address - span.base) / page_bytes_, last);
+  for (std::size_t first = span.next_page(true, page_at(block->address - span.base), last);
        first < last; first = span.next_page(true, first, last)) {
     const std::size_t end = span.next_page(false, first, last);
     const DevicePtr from = std::max(block->address, span.base + first * page_bytes_);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -46,7 +47,10 @@ class MappedRunIndex {
   MappedRunIndex& operator=(const MappedRunIndex&) = delete;
 
   // Span blocks are tracked once the page size is known (the paged heap's first span).
-  void enable(std::size_t page_bytes) { page_bytes_ = page_bytes; }
+  void enable(std::size_t page_bytes) {
+    page_bytes_ = page_bytes;
+    page_shift_ = std::has_single_bit(page_bytes) ? std::countr_zero(page_bytes) : 0;
+  }
   bool enabled() const { return page_bytes_ != 0; }
 
   // `block` (of a span) entered or left the free-block index.
@@ -81,8 +85,14 @@ class MappedRunIndex {
   void scan(Block* block);
   void drop_runs(Block* block);
   bool overlaps_a_change(const Block& block) const;
+  // The page that `offset` bytes into a span lie in: a shift where the page size is a power of
+  // two (the division was ~5% of a scan's samples; ~1% of BM_Trace's time on GPT-2's trace).
+  std::size_t page_at(std::size_t offset) const {
+    return page_shift_ != 0 ? offset >> page_shift_ : offset / page_bytes_;
+  }
 
   std::size_t page_bytes_ = 0;
+  int page_shift_ = 0;
   BlockList queued_;   // in the index, runs not yet found
   BlockList scanned_;  // in the index, runs in the bins
   struct Change {
