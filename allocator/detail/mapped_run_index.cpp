@@ -99,9 +99,9 @@ void MappedRunIndex::scan(Block* block) {
     run->bytes = to - from;
     run->bin = size_bins::bin_of(run->bytes);
     run->bin_prev = nullptr;
-    run->bin_next = bins_[run->bin];
+    run->bin_next = (*bins_)[run->bin];
     if (run->bin_next != nullptr) run->bin_next->bin_prev = run;
-    bins_[run->bin] = run;
+    (*bins_)[run->bin] = run;
     occupied_.set(run->bin);
     *tail = run;
     tail = &run->next_in_block;
@@ -116,8 +116,8 @@ void MappedRunIndex::drop_runs(Block* block) {
     if (run->bin_prev != nullptr) {
       run->bin_prev->bin_next = run->bin_next;
     } else {
-      bins_[run->bin] = run->bin_next;
-      if (bins_[run->bin] == nullptr) occupied_.clear(run->bin);
+      (*bins_)[run->bin] = run->bin_next;
+      if ((*bins_)[run->bin] == nullptr) occupied_.clear(run->bin);
     }
     if (run->bin_next != nullptr) run->bin_next->bin_prev = run->bin_prev;
     runs_.destroy(run);
@@ -129,10 +129,11 @@ void MappedRunIndex::drop_runs(Block* block) {
 // Bins are in length order, so the answer lies in the request's own bin (whose runs may be
 // shorter than the request) or else in the first non-empty bin above it (whose runs all hold it).
 const MappedRun* MappedRunIndex::tightest(std::size_t size) {
+  if (!enabled()) return nullptr;  // no span block was ever inserted
   sync();
   const MappedRun* best = nullptr;
   const auto tightest_in = [&](std::uint32_t bin) {
-    for (const MappedRun* run = bins_[bin]; run != nullptr; run = run->bin_next) {
+    for (const MappedRun* run = (*bins_)[bin]; run != nullptr; run = run->bin_next) {
       if (run->bytes >= size && (best == nullptr || before(*run, *best))) best = run;
     }
   };

@@ -20,6 +20,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "allocator/detail/block.hpp"
@@ -48,8 +49,10 @@ class MappedRunIndex {
 
   // Span blocks are tracked once the page size is known (the paged heap's first span).
   void enable(std::size_t page_bytes) {
+    if (enabled()) return;
     page_bytes_ = page_bytes;
     page_shift_ = std::has_single_bit(page_bytes) ? std::countr_zero(page_bytes) : 0;
+    bins_ = std::make_unique<Bins>();
   }
   bool enabled() const { return page_bytes_ != 0; }
 
@@ -104,7 +107,10 @@ class MappedRunIndex {
   static constexpr std::size_t kMaxChanges = 16;
   std::vector<Change> changes_;
   bool everything_changed_ = false;
-  std::array<MappedRun*, size_bins::kBins> bins_{};
+  // Allocated when enabled: the segment heap's indexes (and each stream's before its first
+  // span) do without the 15 KiB.
+  using Bins = std::array<MappedRun*, size_bins::kBins>;
+  std::unique_ptr<Bins> bins_;
   size_bins::BinBitmap occupied_;
   ObjectPool<MappedRun> runs_;
 };
