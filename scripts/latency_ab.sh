@@ -5,7 +5,12 @@
 # Benchmark's JSON; a table of the cases' ns per pair (real time) and their counters per round
 # goes to stdout and to $out/ab-table.md.
 #
-#   scripts/latency_ab.sh --old DIR [--filter REGEX] [--rounds 2] [--out DIR] [-- BENCH ARGS]
+#   scripts/latency_ab.sh --old DIR [--filter REGEX] [--rounds 2] [--out DIR] [--torch]
+#                         [-- BENCH ARGS]
+#
+# --torch: both binaries also get the torch-native peer (configured with torch found, as the GPU
+# suite's build is), so that a case can be read against PyTorch's allocator in the same process;
+# without it torch is left out of the build (-Dtorch_plugin=disabled) and no torch-native rows come.
 #
 # DIR: the other tree (e.g. `git archive OLD | tar -x -C old`, without bench/results). BENCH
 # ARGS go to both binaries (e.g. --simulated on a machine without a GPU). Environment for the
@@ -17,12 +22,14 @@ filter='BM_PairThreads/.*-front/512B/own|BM_Mixed/vramledger-vmm(-front)?/|BM_Mi
 rounds=2
 out="${OUT:-$repo/ab-out}"
 bench_args=()
+torch_option=(-Dtorch_plugin=disabled)
 while (($#)); do
   case "$1" in
     --old) old=$(cd "$2" && pwd); shift 2 ;;
     --filter) filter=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --torch) torch_option=(); shift ;;
     --) shift; bench_args=("$@"); break ;;
     *) echo "latency_ab: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -35,7 +42,7 @@ build() {  # build <tree> <dir>
   local tree=$1 dir=$2
   if [[ ! -f "$tree/$dir/build.ninja" ]]; then
     (cd "$tree" && meson setup "$dir" -Dbuildtype=release -Dcuda=enabled -Dtests=false \
-      -Dtorch_plugin=disabled) \
+      "${torch_option[@]}") \
       >"$out/setup-$(basename "$tree").log" 2>&1 || return 1
   fi
   ninja -C "$tree/$dir" "$target" >"$out/build-$(basename "$tree").log" 2>&1
