@@ -74,6 +74,7 @@
 #include "allocator/simulated/simulated_device.hpp"
 #include "bench/gpu_latency/peers.hpp"
 #include "bench/gpu_latency/trace_case.hpp"
+#include "bench/replay/simulated_gpu_lag.hpp"
 #ifdef VRAMLEDGER_BENCH_WITH_TORCH
 #include "bench/gpu_latency/torch_native_peer.hpp"
 #endif
@@ -120,6 +121,11 @@ struct RunLengths {
 
 // The simulated dry run (--simulated): no CUDA call may be made.
 bool g_simulated = false;
+// --simulated-lag-ops=N: on the simulated device, BM_Trace's queued work completes once every N
+// operations (bench/replay/simulated_gpu_lag.hpp), as a GPU running behind the CPU would; 0: at
+// once. The other cases run without it.
+SimulatedDevice* g_simulated_device = nullptr;
+std::size_t g_simulated_lag_ops = 0;
 
 // ------------------------------------------------------------------------------ failures
 
@@ -498,11 +504,22 @@ void trace_case(benchmark::State& state, const std::string& name, Peer& peer, co
                 const Streams& streams) {
   std::vector<TraceBlock> live(trace.allocations);
   const auto stream_of = [&](std::uint32_t index) { return streams.at(index % kMaxThreads); };
+  std::unique_ptr<SimulatedGpuLag> lag;
+  if (g_simulated_device != nullptr && g_simulated_lag_ops > 0) {
+    std::vector<StreamHandle> handles;
+    for (std::size_t i = 0; i < kMaxThreads; ++i) {
+      handles.push_back(reinterpret_cast<StreamHandle>(streams.at(i)));
+    }
+    lag = std::make_unique<SimulatedGpuLag>(*g_simulated_device, handles, g_simulated_lag_ops);
+  }
+  const auto after_op = [&] {
+    if (lag) lag->after_operation();
+  };
   // Untimed: the first pass grows the heap and makes the persistent blocks; the second settles
   // the layout around them.
   for (const bool first : {true, false}) {
     try {
-      replay_trace_once(peer, trace, stream_of, live, first);
+      replay_trace_once(peer, trace, stream_of, live, first, after_op);
     } catch (const std::exception& error) {
       fail(state, name, error);
       break;
@@ -515,7 +532,7 @@ void trace_case(benchmark::State& state, const std::string& name, Peer& peer, co
   if (!state.error_occurred()) {
     for (auto _ : state) {
       try {
-        replay_trace_once(peer, trace, stream_of, live, false);
+        replay_trace_once(peer, trace, stream_of, live, false, after_op);
       } catch (const std::exception& error) {
         fail(state, name, error);
         break;
@@ -666,6 +683,16 @@ bool take_our_flags(int* argc, char** argv, Options* options) {
         return false;
       }
       options->trace_paths.push_back(path);
+    } else if (arg.starts_with("--simulated-lag-ops=")) {
+      const std::string value(arg.substr(std::string_view("--simulated-lag-ops=").size()));
+      char* end = nullptr;
+      const unsigned long long ops = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0') {
+        std::fprintf(stderr, "vramledger-bench-gpu-latency: --simulated-lag-ops= needs a count, got '%s'\n",
+                     value.c_str());
+        return false;
+      }
+      g_simulated_lag_ops = static_cast<std::size_t>(ops);
     } else if (arg == "--simulated") {
       options->simulated_capacity_gib = 140;
     } else if (arg.starts_with(kCapacityFlag)) {
@@ -838,6 +865,7 @@ bool run_simulated(const RunLengths& lengths, double capacity_gib,
   options.capacity_bytes = static_cast<std::size_t>(capacity_gib * static_cast<double>(kGiB));
   options.supports_virtual_memory = true;
   const auto device = std::make_shared<SimulatedDevice>(options);
+  g_simulated_device = device.get();
   note("device", "SIMULATED (dry run, not GPU figures): " + std::to_string(options.capacity_bytes) +
                      " B, virtual memory on");
   const auto streams = Streams::simulated(*device);

@@ -61,11 +61,13 @@ inline std::size_t repeated_ops(const TraceOps& trace) {
 // index i. `live` has trace.allocations entries, empty but for the persistent blocks after the
 // first pass; those stay in it (free_trace_blocks). Throws what the peer throws, the blocks
 // allocated so far kept in `live`.
-template <class Peer, class StreamOf>
+// `after_op()` runs before each operation replayed (the simulated GPU's lag, --simulated-lag-ops).
+template <class Peer, class StreamOf, class AfterOp>
 void replay_trace_once(Peer& peer, const TraceOps& trace, StreamOf&& stream_of,
-                       std::vector<TraceBlock>& live, bool first) {
+                       std::vector<TraceBlock>& live, bool first, AfterOp&& after_op) {
   for (const TraceOps::Op& op : trace.ops) {
     if (!first && trace.persistent[op.slot]) continue;
+    after_op();
     TraceBlock& block = live[op.slot];
     if (op.allocate) {
       block.stream = stream_of(op.stream);
@@ -77,6 +79,11 @@ void replay_trace_once(Peer& peer, const TraceOps& trace, StreamOf&& stream_of,
       peer.deallocate(ptr, block.bytes, block.stream);
     }
   }
+}
+template <class Peer, class StreamOf>
+void replay_trace_once(Peer& peer, const TraceOps& trace, StreamOf&& stream_of,
+                       std::vector<TraceBlock>& live, bool first) {
+  replay_trace_once(peer, trace, stream_of, live, first, [] {});
 }
 
 // Frees every block left in `live`; the first error is rethrown after all were tried.
