@@ -120,6 +120,19 @@ struct alignas(64) AddressRange {
     }
     return mapped ? to : std::min(to, std::max(from, known));
   }
+  // Calls visit(from, to) for each run of mapped pages among pages [first_page, end_page), the
+  // pages that [address, end) touches, clipped to [address, end), in address order.
+  template <typename Visit>
+  void for_each_mapped_run(DevicePtr address, DevicePtr end, std::size_t first_page,
+                           std::size_t end_page, std::size_t page_bytes, Visit&& visit) const {
+    for (std::size_t first = next_page(true, first_page, end_page); first < end_page;
+         first = next_page(true, first, end_page)) {
+      const std::size_t run_end = next_page(false, first, end_page);
+      visit(std::max(address, base + first * page_bytes),
+            std::min(end, base + run_end * page_bytes));
+      first = run_end;
+    }
+  }
   // Calls visit(page) for every mapped page in [first, last).
   template <typename Visit>
   void for_each_mapped(std::size_t first, std::size_t last, Visit&& visit) const {

@@ -36,7 +36,7 @@ void FreeBlockIndex::remove(Block* block) {
   if (bins_[bin] == nullptr) occupied_.clear(bin);
   --count_;
   ++changes_;
-  if (block->run_list != 0) mapped_runs_.on_remove(block);
+  if (MappedRunIndex::tracks(*block)) mapped_runs_.on_remove(block);
 }
 
 Block* FreeBlockIndex::find(std::size_t size) const {

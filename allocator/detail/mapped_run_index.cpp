@@ -86,27 +86,23 @@ void MappedRunIndex::sync() {
 // Finds `block`'s runs of mapped pages, clipped to it, in address order, and bins them.
 void MappedRunIndex::scan(Block* block) {
   const AddressRange& span = *block->range;
-  const std::size_t last = page_at(block->end() - 1 - span.base) + 1;
   MappedRun** tail = &block->mapped_runs;
-  for (std::size_t first = span.next_page(true, page_at(block->address - span.base), last);
-       first < last; first = span.next_page(true, first, last)) {
-    const std::size_t end = span.next_page(false, first, last);
-    const DevicePtr from = std::max(block->address, span.base + first * page_bytes_);
-    const DevicePtr to = std::min(block->end(), span.base + end * page_bytes_);
-    MappedRun* run = runs_.create();
-    run->block = block;
-    run->from = from;
-    run->bytes = to - from;
-    run->bin = size_bins::bin_of(run->bytes);
-    run->bin_prev = nullptr;
-    run->bin_next = (*bins_)[run->bin];
-    if (run->bin_next != nullptr) run->bin_next->bin_prev = run;
-    (*bins_)[run->bin] = run;
-    occupied_.set(run->bin);
-    *tail = run;
-    tail = &run->next_in_block;
-    first = end;
-  }
+  span.for_each_mapped_run(
+      block->address, block->end(), page_at(block->address - span.base),
+      page_at(block->end() - 1 - span.base) + 1, page_bytes_, [&](DevicePtr from, DevicePtr to) {
+        MappedRun* run = runs_.create();
+        run->block = block;
+        run->from = from;
+        run->bytes = to - from;
+        run->bin = size_bins::bin_of(run->bytes);
+        run->bin_prev = nullptr;
+        run->bin_next = (*bins_)[run->bin];
+        if (run->bin_next != nullptr) run->bin_next->bin_prev = run;
+        (*bins_)[run->bin] = run;
+        occupied_.set(run->bin);
+        *tail = run;
+        tail = &run->next_in_block;
+      });
   *tail = nullptr;
 }
 

@@ -59,6 +59,8 @@ class MappedRunIndex {
   // `block` (of a span) entered or left the free-block index.
   void on_insert(Block* block);
   void on_remove(Block* block);
+  // Whether `block` is in this index's queue or list (on_remove has something to undo).
+  static bool tracks(const Block& block) { return block.run_list != kUntracked; }
   // Pages [first, end) of `span` were mapped or unmapped.
   void note_mapping_change(const AddressRange* span, std::size_t first, std::size_t end);
 

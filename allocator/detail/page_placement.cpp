@@ -180,18 +180,14 @@ CachingAllocator::Impl::tightest_mapped_run_by_walk(const FreeBlockIndex& index,
   index.for_each_fit(size, std::numeric_limits<int>::max(), [&](Block* block) {
     if (!block->range->is_span || best_bytes == size) return;
     const AddressRange& span = *block->range;
-    const std::size_t last = page_of(span, block->end() - 1) + 1;
-    for (std::size_t first = span.next_page(true, page_of(span, block->address), last);
-         first < last; first = span.next_page(true, first, last)) {
-      const std::size_t end = span.next_page(false, first, last);
-      const DevicePtr from = std::max(block->address, span.base + first * page_bytes_);
-      const DevicePtr to = std::min(block->end(), span.base + end * page_bytes_);
-      if (to - from >= size && to - from < best_bytes) {
-        best_bytes = to - from;
-        best = Placement{block, from, {false, 0}};
-      }
-      first = end;
-    }
+    span.for_each_mapped_run(block->address, block->end(), page_of(span, block->address),
+                             page_of(span, block->end() - 1) + 1, page_bytes_,
+                             [&](DevicePtr from, DevicePtr to) {
+                               if (to - from >= size && to - from < best_bytes) {
+                                 best_bytes = to - from;
+                                 best = Placement{block, from, {false, 0}};
+                               }
+                             });
   });
   return best;
 }

@@ -80,11 +80,6 @@ void replay_trace_once(Peer& peer, const TraceOps& trace, StreamOf&& stream_of,
     }
   }
 }
-template <class Peer, class StreamOf>
-void replay_trace_once(Peer& peer, const TraceOps& trace, StreamOf&& stream_of,
-                       std::vector<TraceBlock>& live, bool first) {
-  replay_trace_once(peer, trace, stream_of, live, first, [] {});
-}
 
 // Frees every block left in `live`; the first error is rethrown after all were tried.
 template <class Peer>
